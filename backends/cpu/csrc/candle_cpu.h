@@ -1,0 +1,211 @@
+/* Public C ABI of libcandle_cpu, the kernels of the candle-api cpu backend.
+ *
+ * Conventions (see docs/backend-contract.md):
+ *  - every entry point returns an int status (0 = ok); on failure the reason is
+ *    in the thread-local string returned by cd_last_error();
+ *  - sizes, shapes and strides are int64 and counted in elements, never bytes;
+ *  - pointers passed in already include the view's start offset;
+ *  - a "layout descriptor" (lay) is an int64 array:
+ *      [ndim, shape[0..ndim), strides of operand 0[0..ndim), strides of operand 1 ...]
+ *    with one stride row per strided operand (the output is always contiguous
+ *    unless an entry point says otherwise);
+ *  - dtype codes and op codes are defined by the X-macro lists below; Python
+ *    reads the names from cd_*_names() so the two sides can never drift.
+ */
+#ifndef CANDLE_CPU_H
+#define CANDLE_CPU_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CD_API __attribute__((visibility("default")))
+
+/* Bumped whenever a signature below changes; the Python side refuses a library
+ * whose version differs from the one it was written for. */
+#define CD_ABI_VERSION 1
+
+/* Most dimensions an op accepts (the Python core enforces the same limit). */
+#define CD_MAX_DIMS 32
+
+/* X(name, code, storage type) */
+#define CD_DTYPES(X)          \
+    X(u8, 0, uint8_t)         \
+    X(u32, 1, uint32_t)       \
+    X(i16, 2, int16_t)        \
+    X(i32, 3, int32_t)        \
+    X(i64, 4, int64_t)        \
+    X(bf16, 5, uint16_t)      \
+    X(f16, 6, uint16_t)       \
+    X(f32, 7, float)          \
+    X(f64, 8, double)
+
+enum {
+#define CD_X(name, code, type) CD_##name = code,
+    CD_DTYPES(CD_X)
+#undef CD_X
+    CD_NUM_DTYPES
+};
+
+/* Unary ops. X(name, valid for integer dtypes) */
+#define CD_UNARY_OPS(X) \
+    X(abs, 1) X(neg, 1) X(sqr, 1) X(sign, 1) X(relu, 1) \
+    X(ceil, 1) X(floor, 1) X(round, 1) X(trunc, 1) \
+    X(recip, 0) X(sqrt, 0) X(rsqrt, 0) X(exp, 0) X(expm1, 0) X(log, 0) X(log1p, 0) \
+    X(sin, 0) X(cos, 0) X(tan, 0) X(asin, 0) X(acos, 0) X(atan, 0) \
+    X(sinh, 0) X(cosh, 0) X(tanh, 0) X(asinh, 0) X(acosh, 0) X(atanh, 0) \
+    X(erf, 0) X(gelu, 0) X(gelu_erf, 0) X(silu, 0) X(sigmoid, 0) X(softplus, 0)
+
+/* Unary ops with up to two double parameters p0, p1. */
+#define CD_PARAM_OPS(X) \
+    X(affine, 1)      /* x * p0 + p1 */ \
+    X(powf, 0)        /* x ** p0 */ \
+    X(elu, 0)         /* x > 0 ? x : p0 * (exp(x) - 1) */ \
+    X(leaky_relu, 0)  /* x > 0 ? x : p0 * x */ \
+    X(clamp, 1)       /* min(max(x, p0), p1), NaN propagates */
+
+/* Binary ops, same dtype in and out. */
+#define CD_BINARY_OPS(X) \
+    X(add, 1) X(sub, 1) X(mul, 1) X(div, 1) X(maximum, 1) X(minimum, 1) \
+    X(pow, 1) X(rem, 1) X(fmod, 1)
+
+/* Comparisons; the output is u8 (0 or 1). */
+#define CD_CMP_OPS(X) X(eq, 1) X(ne, 1) X(lt, 1) X(le, 1) X(gt, 1) X(ge, 1)
+
+/* Reductions; argmax/argmin write u32 indices. */
+#define CD_REDUCE_OPS(X) X(sum, 1) X(prod, 1) X(max, 1) X(min, 1) X(argmax, 1) X(argmin, 1)
+
+#define CD_ENUM_OPS(prefix, LIST) enum { LIST(prefix##_ENUM_X) prefix##_COUNT };
+#define CD_UNARY_ENUM_X(name, ints) CD_UNARY_##name,
+#define CD_PARAM_ENUM_X(name, ints) CD_PARAM_##name,
+#define CD_BINARY_ENUM_X(name, ints) CD_BINARY_##name,
+#define CD_CMP_ENUM_X(name, ints) CD_CMP_##name,
+#define CD_REDUCE_ENUM_X(name, ints) CD_REDUCE_##name,
+CD_ENUM_OPS(CD_UNARY, CD_UNARY_OPS)
+CD_ENUM_OPS(CD_PARAM, CD_PARAM_OPS)
+CD_ENUM_OPS(CD_BINARY, CD_BINARY_OPS)
+CD_ENUM_OPS(CD_CMP, CD_CMP_OPS)
+CD_ENUM_OPS(CD_REDUCE, CD_REDUCE_OPS)
+
+/* ---- runtime ---------------------------------------------------------- */
+CD_API int cd_abi_version(void);
+CD_API const char *cd_last_error(void);
+/* Comma-separated names, in code order: "dtypes", "unary", "param", "binary",
+ * "cmp", "reduce". NULL for an unknown table. */
+CD_API const char *cd_names(const char *table);
+/* The instruction set the kernels were dispatched to: "avx512", "avx2" or "scalar". */
+CD_API const char *cd_isa(void);
+/* 64-byte aligned; large blocks are cached for reuse. NULL + error when out of memory. */
+CD_API void *cd_alloc(int64_t nbytes);
+CD_API void cd_free(void *ptr);
+CD_API int cd_get_num_threads(void);
+CD_API int cd_set_num_threads(int n);
+
+/* ---- elementwise ------------------------------------------------------ */
+/* Contiguous kernels are looked up once as function pointers; NULL when the
+ * (op, dtype) pair is not supported. */
+typedef int (*cd_unary_fn)(int64_t n, const void *x, void *y);
+typedef int (*cd_param_fn)(int64_t n, const void *x, void *y, double p0, double p1);
+typedef int (*cd_binary_fn)(int64_t n, const void *a, const void *b, void *out);
+CD_API cd_unary_fn cd_unary_kernel(int32_t op, int32_t dtype);
+CD_API cd_param_fn cd_param_kernel(int32_t op, int32_t dtype);
+CD_API cd_binary_fn cd_binary_kernel(int32_t op, int32_t dtype);
+CD_API cd_binary_fn cd_cmp_kernel(int32_t op, int32_t dtype);
+CD_API cd_unary_fn cd_cast_kernel(int32_t src_dtype, int32_t dst_dtype);
+
+/* Strided forms: lay has one stride row (unary, param, cast) or two (binary, cmp). */
+CD_API int cd_unary_strided(int32_t op, int32_t dtype, const int64_t *lay, const void *x, void *y);
+CD_API int cd_param_strided(int32_t op, int32_t dtype, const int64_t *lay, const void *x, void *y,
+                            double p0, double p1);
+CD_API int cd_binary_strided(int32_t op, int32_t dtype, const int64_t *lay, const void *a,
+                             const void *b, void *out);
+CD_API int cd_cmp_strided(int32_t op, int32_t dtype, const int64_t *lay, const void *a,
+                          const void *b, void *out);
+CD_API int cd_cast_strided(int32_t src_dtype, int32_t dst_dtype, const int64_t *lay, const void *x,
+                           void *y);
+/* out = cond != 0 ? t : f; lay has three stride rows (cond, t, f); cond is u8. */
+CD_API int cd_where(int32_t dtype, const int64_t *lay, const uint8_t *cond, const void *t,
+                    const void *f, void *out);
+/* Strided to strided copy; lay has two stride rows (src, dst). */
+CD_API int cd_copy(int32_t itemsize, const int64_t *lay, const void *src, void *dst);
+/* Fills a strided view (one stride row) with the itemsize bytes at value. */
+CD_API int cd_fill(int32_t itemsize, const int64_t *lay, void *dst, const void *value);
+
+/* ---- reductions ------------------------------------------------------- */
+/* lay = [nkeep, keep shape, keep strides, nred, red shape, red strides];
+ * out is contiguous over the kept dims. */
+CD_API int cd_reduce(int32_t op, int32_t dtype, const int64_t *lay, const void *x, void *out);
+/* Inclusive cumulative sum along one dim; lay = [ndim, shape, strides, dim]. */
+CD_API int cd_cumsum(int32_t dtype, const int64_t *lay, const void *x, void *out);
+
+/* ---- matmul ----------------------------------------------------------- */
+/* desc = [m, n, k, a_rs, a_cs, b_rs, b_cs, nbatch, batch shape, a batch strides,
+ *         b batch strides]; out is contiguous (batch..., m, n). */
+CD_API int cd_matmul(int32_t dtype, const int64_t *desc, const void *a, const void *b, void *out);
+
+/* ---- indexing --------------------------------------------------------- */
+/* All index ops take the index dtype (u8, u32, i16, i32 or i64) separately and
+ * fail, naming the offending index, when one is out of range. */
+/* out[pre, j, post] = x[pre, ids[j], post]; lay = [ndim, shape, x strides, dim],
+ * ids contiguous with n_ids entries; out contiguous with shape[dim] = n_ids. */
+CD_API int cd_index_select(int32_t dtype, int32_t id_dtype, const int64_t *lay, const void *x,
+                           const void *ids, int64_t n_ids, void *out);
+/* out[i] = x[i with i[dim] = ids[i]]; lay = [ndim, ids shape, x strides, ids strides,
+ * dim, x size along dim]; out contiguous with the ids shape. */
+CD_API int cd_gather(int32_t dtype, int32_t id_dtype, const int64_t *lay, const void *x,
+                     const void *ids, void *out);
+/* In place on dst (contiguous, size dst_dim along dim): for every i of src/ids,
+ * dst[i with i[dim] = ids[i]] (+)= src[i]. lay = [ndim, src shape, src strides,
+ * ids strides, dim, dst_dim]. accumulate = 0 assigns, 1 adds. */
+CD_API int cd_scatter(int32_t dtype, int32_t id_dtype, const int64_t *lay, const void *ids,
+                      const void *src, void *dst, int32_t accumulate);
+/* In place on dst (contiguous): dst[pre, ids[j], post] += src[pre, j, post].
+ * lay = [ndim, src shape, src strides, dim, dst_dim]; ids contiguous. */
+CD_API int cd_index_add(int32_t dtype, int32_t id_dtype, const int64_t *lay, const void *ids,
+                        const void *src, void *dst);
+
+/* ---- convolution, pooling, resampling ---------------------------------- */
+/* p = [batch, c_in, spatial in (2), c_out, kernel (2), stride (2), padding (2),
+ *      dilation (2), groups, spatial out (2), output padding (2)];
+ * 1-d convolutions use a height of 1. x and w are strided 4-d views
+ * (lay = [x strides (4), w strides (4)]); out is contiguous (b, c_out, h, w). */
+CD_API int cd_conv2d(int32_t dtype, const int64_t *p, const int64_t *lay, const void *x,
+                     const void *w, void *out);
+/* As cd_conv2d with w of shape (c_in, c_out / groups, kh, kw). */
+CD_API int cd_conv_transpose2d(int32_t dtype, const int64_t *p, const int64_t *lay, const void *x,
+                               const void *w, void *out);
+/* p = [batch, channels, h, w, kh, kw, sh, sw, pad_h, pad_w, dil_h, dil_w, out_h, out_w,
+ *      count_include_pad]; x strided (lay = 4 strides); out contiguous. mode 0 = max, 1 = avg. */
+CD_API int cd_pool2d(int32_t dtype, int32_t mode, const int64_t *p, const int64_t *lay,
+                     const void *x, void *out);
+/* p = [batch, channels, h, w, out_h, out_w]; mode 0 = nearest, 1 = bilinear,
+ * 2 = bilinear with align_corners. */
+CD_API int cd_upsample2d(int32_t dtype, int32_t mode, const int64_t *p, const int64_t *lay,
+                         const void *x, void *out);
+
+/* ---- fused ------------------------------------------------------------ */
+/* Row kernels work on the last dim: lay = [ndim, shape, x strides]; out contiguous. */
+CD_API int cd_softmax_last(int32_t dtype, const int64_t *lay, const void *x, void *out, int32_t log);
+/* w and b are contiguous vectors of the last dim (b may be NULL). rms = 1 gives
+ * rms_norm (no mean removal, b ignored). */
+CD_API int cd_norm_last(int32_t dtype, const int64_t *lay, const void *x, const void *w,
+                        const void *b, void *out, double eps, int32_t rms);
+/* x is (b, h, t, d) strided (lay = 4 strides); cos and sin contiguous (t, d/2) or
+ * (b, t, d/2) when per_batch; interleaved pairs (x[2i], x[2i+1]) or halves. */
+CD_API int cd_rope(int32_t dtype, const int64_t *shape, const int64_t *lay, const void *x,
+                   const void *cos, const void *sin, void *out, int32_t interleaved,
+                   int32_t per_batch);
+
+/* ---- random ----------------------------------------------------------- */
+/* Counter-based (Philox4x32-10): element i of a call uses counter offset + i, so
+ * the stream does not depend on the thread count. dist 0 = uniform [p0, p1),
+ * 1 = normal (mean p0, std p1). Float dtypes only. */
+CD_API int cd_random(int32_t dtype, int32_t dist, int64_t n, void *out, uint64_t seed,
+                     uint64_t offset, double p0, double p1);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
