@@ -1,0 +1,40 @@
+"""candle-api: a small PyTorch-like Tensor API whose compute lives in backend plugins.
+
+Importing this package loads no plugin and opens no native library: plugins
+are found through the ``candle_api`` entry points on the first device query.
+"""
+
+__version__ = "0.1.0"
+
+from .tensor import Tensor  # noqa: E402  (first: the op modules build on it)
+from . import functional, utils  # noqa: E402
+from .device import Device, get_device  # noqa: E402
+from .dlpack import from_dlpack  # noqa: E402
+from .dtype import (  # noqa: E402
+    ALL_DTYPES, DType, bf16, f16, f32, f64, get_dtype, i16, i32, i64, u8, u32,
+    bf16 as bfloat16, f16 as float16, f16 as half, f32 as float32, f64 as float64,
+    i16 as int16, i32 as int32, i64 as int64, u8 as uint8, u32 as uint32,
+)
+from .errors import (  # noqa: E402
+    BackendUnavailableError, CandleError, DeviceError, DTypeError, FormatError, IndexOutOfRangeError,
+    KernelError, PluginError, ShapeError, UnsupportedOpError,
+)
+from .info import plugins  # noqa: E402
+from .ops.creation import (  # noqa: E402
+    arange, empty, empty_like, eye, from_numpy, full, full_like, manual_seed, ones, ones_like, rand,
+    rand_like, randn, randn_like, tensor, zeros, zeros_like,
+)
+from .ops.elementwise import where  # noqa: E402
+from .ops.linalg import matmul  # noqa: E402
+from .ops.shape import cat, stack  # noqa: E402
+
+concat = concatenate = cat
+
+__all__ = [
+    "Tensor", "DType", "Device", "get_device", "get_dtype", "tensor", "zeros", "ones", "full", "empty",
+    "arange", "eye", "rand", "randn", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
+    "randn_like", "from_numpy", "from_dlpack", "manual_seed", "cat", "concat", "stack", "where", "matmul",
+    "u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "functional", "utils", "plugins",
+    "CandleError", "ShapeError", "DTypeError", "DeviceError", "BackendUnavailableError", "UnsupportedOpError",
+    "IndexOutOfRangeError", "KernelError", "PluginError", "FormatError",
+]

@@ -1,0 +1,142 @@
+"""Devices: ``"cpu"``, ``"cuda:0"``, ``"metal:0"``...
+
+A :class:`Device` is a ``str`` subclass whose value is its canonical name, so
+``t.device == "cpu"`` holds as it does in candle-pyo3, whose devices are
+strings. It is resolved to its backend once, when first made, and carries the
+backend's kernel table; ``Device("cuda:0") is Device("cuda:0")``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .errors import BackendUnavailableError, DeviceError
+from .registry import registry
+
+#: Seed of every device's random stream until manual_seed is called (fixed, as
+#: in PyTorch, so a fresh process is reproducible).
+DEFAULT_SEED = 67280421310721
+
+_DEVICES: dict[str, "Device"] = {}
+_LOCK = threading.Lock()      # guards the device cache
+_RNG_LOCK = threading.Lock()  # guards the random streams
+
+
+class Device(str):
+    """A compute device.
+
+    Attributes: ``type`` ("cpu", "cuda"...), ``index``, ``backend`` (the backend
+    plugin's device object) and ``kernels`` (its ``(op, dtype) -> kernel`` table).
+    """
+
+    type: str
+    index: int
+    backend: object
+    kernels: dict
+    plugin: str
+
+    def __new__(cls, spec="cpu"):
+        return get_device(spec)
+
+    @classmethod
+    def _create(cls, name: str, dev_type: str, index: int) -> "Device":
+        specs = registry().backends()
+        entry = specs.get(dev_type)
+        if entry is None:
+            known = ", ".join(sorted(specs)) or "none"
+            raise DeviceError(
+                f"no installed plugin provides device type {dev_type!r} (available device types: {known}); "
+                f"install its backend plugin, e.g. `pip install candle-backend-{dev_type}`"
+            )
+        spec, plugin = entry
+        ok, reason = spec.availability()
+        if not ok:
+            raise BackendUnavailableError(f"device {name!r} (plugin {plugin}) is not available: {reason}")
+        count = spec.device_count()
+        if index >= count:
+            raise DeviceError(f"device {name!r} does not exist: {count} {dev_type} device(s) found")
+        self = str.__new__(cls, name)
+        self.type = dev_type
+        self.index = index
+        self.plugin = plugin
+        self.backend = spec.open(index)
+        self.kernels = registry().kernel_table(dev_type).kernels
+        self._seed = DEFAULT_SEED
+        self._offset = 0
+        return self
+
+    def __repr__(self) -> str:
+        return f"Device({str.__str__(self)!r})"
+
+    def __reduce__(self):
+        return (get_device, (str.__str__(self),))
+
+    def next_random_offset(self, n: int) -> tuple[int, int]:
+        """(seed, offset) for a draw of n values, advancing this device's stream."""
+        with _RNG_LOCK:
+            offset = self._offset
+            self._offset += n
+            return self._seed, offset
+
+    def manual_seed(self, seed: int) -> None:
+        with _RNG_LOCK:
+            self._seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+            self._offset = 0
+
+    def synchronize(self) -> None:
+        self.backend.synchronize()
+
+
+def _parse(spec: str) -> tuple[str, str, int]:
+    text = spec.strip().lower()
+    dev_type, _, idx = text.partition(":")
+    if not dev_type or not dev_type.isidentifier():
+        raise DeviceError(f"invalid device {spec!r}; expected e.g. 'cpu' or 'cuda:0'")
+    if idx:
+        if not idx.isdigit():
+            raise DeviceError(f"invalid device index in {spec!r}")
+        index = int(idx)
+    else:
+        index = 0
+    name = dev_type if dev_type == "cpu" else f"{dev_type}:{index}"
+    return name, dev_type, index
+
+
+def get_device(spec=None) -> Device:
+    """Resolves a Device, a name such as ``"cuda:0"`` (``"cuda"`` means index 0),
+    or None (the default device, cpu)."""
+    if isinstance(spec, Device):
+        return spec
+    if spec is None:
+        spec = "cpu"
+    if not isinstance(spec, str):
+        dev_type = getattr(spec, "type", None)  # torch.device-like objects
+        if isinstance(dev_type, str):
+            index = getattr(spec, "index", None)
+            spec = dev_type if index is None else f"{dev_type}:{index}"
+        else:
+            raise DeviceError(f"cannot interpret {spec!r} as a device")
+    dev = _DEVICES.get(spec)
+    if dev is not None:
+        return dev
+    name, dev_type, index = _parse(spec)
+    with _LOCK:
+        dev = _DEVICES.get(name)
+        if dev is None:
+            dev = Device._create(name, dev_type, index)
+            _DEVICES[name] = dev
+        _DEVICES[spec] = dev
+    return dev
+
+
+def known_devices() -> list[Device]:
+    """Devices made so far in this process."""
+    return sorted(set(_DEVICES.values()), key=str)
+
+
+def _refresh_kernels() -> None:
+    for dev in set(_DEVICES.values()):
+        dev.kernels = registry().kernel_table(dev.type).kernels
+
+
+registry().on_change(_refresh_kernels)

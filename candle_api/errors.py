@@ -1,0 +1,63 @@
+"""The exceptions candle-api raises.
+
+Every error is a :class:`CandleError` and also a subclass of the builtin
+exception a Python user would expect (``ValueError`` for shapes, ``TypeError``
+for dtypes, ``IndexError`` for indices...), so ``except ValueError`` written for
+candle-pyo3, whose errors are all ``ValueError``, keeps working for shapes.
+"""
+
+from __future__ import annotations
+
+
+class CandleError(Exception):
+    """Base class of every candle-api error."""
+
+
+class ShapeError(CandleError, ValueError):
+    """Shapes or dims that do not fit the op (mismatch, bad rank, bad dim)."""
+
+
+class DTypeError(CandleError, TypeError, ValueError):
+    """A dtype the op does not accept, or two dtypes that differ."""
+
+
+class DeviceError(CandleError, RuntimeError):
+    """Tensors on different devices, or an unknown device."""
+
+
+class BackendUnavailableError(DeviceError):
+    """A backend plugin is installed but cannot run here (missing library, no GPU...)."""
+
+
+class UnsupportedOpError(CandleError, NotImplementedError):
+    """No kernel (and no decomposition) for an op on a device and dtype."""
+
+    def __init__(self, op: str, device: str, dtype: str | None, plugins: list[str]):
+        self.op, self.device, self.dtype, self.plugins = op, device, dtype, plugins
+        on = f" for dtype {dtype}" if dtype else ""
+        installed = ", ".join(plugins) or "none"
+        super().__init__(
+            f"op {op!r} is not implemented on device {device}{on} "
+            f"(installed backend plugins: {installed})"
+        )
+
+
+class IndexOutOfRangeError(CandleError, IndexError):
+    """An index outside its dimension."""
+
+
+class KernelError(CandleError, RuntimeError):
+    """A backend kernel reported a failure (integer division by zero, bad sizes...)."""
+
+
+class PluginError(CandleError, RuntimeError):
+    """A plugin is malformed: wrong hook results, incompatible API version."""
+
+
+class FormatError(CandleError, ValueError):
+    """A file that cannot be read: names the file, the byte offset and the reason."""
+
+    def __init__(self, path, offset: int | None, reason: str):
+        self.path, self.offset, self.reason = str(path), offset, reason
+        where = f" at offset {offset}" if offset is not None else ""
+        super().__init__(f"{self.path}{where}: {reason}")

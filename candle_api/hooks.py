@@ -1,0 +1,104 @@
+"""What a plugin implements: the hook specs and the objects hooks return.
+
+A plugin is a module (or object) registered under the entry point group
+``candle_api``::
+
+    [project.entry-points.candle_api]
+    mybackend = "my_package.plugin"
+
+and implementing any of the hooks below with the :data:`hookimpl` marker.
+Importing the plugin module must be cheap and must not open native libraries:
+candle-api imports it on the first device or format query, and calls the
+hooks only when their answer is needed.
+
+Hook API versions only ever grow: a new version adds hooks or optional fields,
+never changes an existing one. A plugin written for a newer version than the
+installed candle-api sets ``CANDLE_API_HOOK_VERSION`` and is refused with a
+message saying so, instead of failing obscurely.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import pluggy
+
+#: The hook API this candle-api implements.
+HOOK_API_VERSION = 1
+
+hookspec = pluggy.HookspecMarker("candle_api")
+hookimpl = pluggy.HookimplMarker("candle_api")
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A device type a plugin provides.
+
+    ``open(index)`` returns the backend device object (see
+    docs/backend-contract.md) and may raise BackendUnavailableError;
+    ``availability()`` returns ``(True, "")`` or ``(False, reason)`` and is what
+    ``candle info`` shows; neither may be slow on a machine without the device.
+    """
+
+    name: str
+    open: Callable[[int], Any]
+    availability: Callable[[], tuple[bool, str]]
+    device_count: Callable[[], int] = lambda: 1
+    priority: int = 0
+    description: str = ""
+    api_version: int = HOOK_API_VERSION
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """Kernels for one device type: ``{(op, dtype name): kernel}``.
+
+    For every (op, dtype) the kernel of the highest ``priority`` among all
+    plugins wins, so a plugin can override some kernels of another (an MKL
+    plugin returning faster "matmul" kernels for "cpu", say) and add new ops.
+    """
+
+    kernels: Mapping[tuple[str, str], Callable]
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """A custom op: a name the kernel tables can serve, and how to call it.
+
+    ``infer(*inputs, **params)`` receives the input tensors and returns the
+    output ``(shape, dtype)``. Kernels for it are registered through
+    :func:`candle_api_kernels` under ``(name, dtype of the first input)`` and
+    are called as ``kernel(out_storage, [(storage, layout), ...], params)``.
+    ``decompose(*inputs, **params)``, when given, computes the op from other
+    ops on devices that have no kernel for it.
+    """
+
+    name: str
+    infer: Callable[..., tuple[tuple, Any]]
+    decompose: Callable | None = None
+    doc: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+class HookSpecs:
+    """The hooks (version 1)."""
+
+    @hookspec
+    def candle_api_backends(self) -> list[BackendSpec]:
+        """Device types this plugin provides."""
+
+    @hookspec
+    def candle_api_kernels(self, device_type: str) -> KernelSet | None:
+        """Kernels for ``device_type``, or None. Called once per device type
+        and cached; called again when a plugin registers."""
+
+    @hookspec
+    def candle_api_formats(self) -> list:
+        """File formats this plugin reads and writes (see candle_api.io)."""
+
+    @hookspec(historic=True)
+    def candle_api_custom_ops(self, registry) -> None:
+        """Define custom ops with ``registry.define(OpDef(...))``. Historic, so
+        it reaches op plugins and backends whatever their load order."""

@@ -1,0 +1,86 @@
+"""What is installed: plugins, their devices, and which plugin serves each op
+(``candle_api.plugins()`` and ``candle info``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .registry import registry
+
+
+@dataclass
+class BackendInfo:
+    device_type: str
+    plugin: str
+    available: bool
+    reason: str
+    device_count: int
+    description: str
+
+
+@dataclass
+class PluginInfo:
+    name: str
+    distribution: str
+    version: str
+    error: str
+    backends: list = field(default_factory=list)
+
+    @property
+    def loaded(self) -> bool:
+        return not self.error
+
+
+def plugins() -> list[PluginInfo]:
+    """Every plugin found through the ``candle_api`` entry points (or registered at
+    run time), with its version, load error if any, and the devices it provides."""
+    reg = registry()
+    out = {r.name: PluginInfo(r.name, r.distribution, r.version, r.error) for r in reg.records()}
+    for dev_type, (spec, plugin) in sorted(reg.backends().items()):
+        try:
+            ok, reason = spec.availability()
+            count = spec.device_count() if ok else 0
+        except Exception as exc:  # availability must never take `candle info` down
+            ok, reason, count = False, f"{type(exc).__name__}: {exc}", 0
+        out[plugin].backends.append(BackendInfo(dev_type, plugin, ok, reason, count, spec.description))
+    return list(out.values())
+
+
+def kernel_providers(device_type: str) -> dict[str, dict[str, str]]:
+    """op -> {dtype: plugin} for one device type."""
+    table = registry().kernel_table(device_type)
+    ops: dict[str, dict[str, str]] = {}
+    for (op, dtype), (plugin, _priority) in sorted(table.providers.items()):
+        ops.setdefault(op, {})[str(dtype)] = plugin
+    return ops
+
+
+def describe(show_ops: bool = True) -> str:
+    """The text `candle info` prints."""
+    from . import __version__
+
+    lines = [f"candle-api {__version__}", "", "plugins:"]
+    infos = plugins()
+    if not infos:
+        lines.append("  (none: install a backend, e.g. `pip install candle-backend-cpu`)")
+    for p in infos:
+        dist = f"{p.distribution} {p.version}".strip()
+        lines.append(f"  {p.name}: {dist}" + (f"  [NOT LOADED: {p.error}]" if p.error else ""))
+        for b in p.backends:
+            state = f"available ({b.device_count} device(s))" if b.available else f"unavailable: {b.reason}"
+            lines.append(f"    device {b.device_type}: {state}" + (f" - {b.description}" if b.description else ""))
+    if show_ops:
+        for p in infos:
+            for b in p.backends:
+                if not b.available:
+                    continue
+                lines += ["", f"ops on {b.device_type} (op: dtypes <- plugin):"]
+                for op, by_dtype in kernel_providers(b.device_type).items():
+                    groups: dict[str, list[str]] = {}
+                    for dtype, plugin in by_dtype.items():
+                        groups.setdefault(plugin, []).append(dtype)
+                    served = "; ".join(f"{' '.join(d)} <- {plugin}" for plugin, d in groups.items())
+                    lines.append(f"  {op}: {served}")
+                conflicts = registry().kernel_table(b.device_type).conflicts
+                lines += [f"  conflict: {c}" for c in conflicts]
+    return "\n".join(lines)

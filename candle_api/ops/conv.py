@@ -1,0 +1,174 @@
+"""Convolutions, pooling and resampling over (batch, channels, ...) tensors.
+
+1-d ops run as 2-d ones over a height-1 view (no copy). Unbatched inputs
+(one dim fewer) are accepted, as in PyTorch.
+"""
+
+from __future__ import annotations
+
+from ..errors import ShapeError
+from ..layout import Layout
+from ..tensor import Tensor
+from .core import check_tensor, kernel, make, require_float, same_device, same_dtype
+
+
+def _pair(v, name: str) -> tuple[int, int]:
+    if isinstance(v, int):
+        return v, v
+    v = tuple(v)
+    if len(v) != 2:
+        raise ShapeError(f"{name} must be an int or a pair, got {v}")
+    return int(v[0]), int(v[1])
+
+
+def _batched(op: str, x: Tensor, rank: int) -> tuple[Tensor, bool]:
+    if x.rank == rank - 1:
+        return x.unsqueeze(0), True
+    if x.rank != rank:
+        raise ShapeError(f"{op}: expected a {rank}-d input (batch, channels, ...) or {rank - 1}-d unbatched, got {x.shape}")
+    return x, False
+
+
+def _conv(op: str, x: Tensor, w: Tensor, padding, stride, dilation, groups, transposed: bool,
+          output_padding=(0, 0)) -> Tensor:
+    check_tensor(op, x)
+    check_tensor(op, w, "kernel")
+    dtype = same_dtype(op, x, w)
+    dev = same_device(op, x, w)
+    require_float(op, x)
+    x, unbatched = _batched(op, x, 4)
+    if w.rank != 4:
+        raise ShapeError(f"{op}: the kernel must be 4-d, got {w.shape}")
+    (ph, pw), (sh, sw), (dh, dw) = _pair(padding, "padding"), _pair(stride, "stride"), _pair(dilation, "dilation")
+    oph, opw = _pair(output_padding, "output_padding")
+    if min(sh, sw, dh, dw) < 1 or min(ph, pw, oph, opw) < 0 or groups < 1:
+        raise ShapeError(f"{op}: stride and dilation must be >= 1, padding >= 0, groups >= 1")
+    b, cin, h, wd = x.shape
+    kh, kw = w.shape[2:]
+    if transposed:
+        if w.shape[0] != cin:
+            raise ShapeError(f"{op}: kernel {w.shape} expects {w.shape[0]} input channels, the input has {cin}")
+        cout = w.shape[1] * groups
+        oh = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
+        ow = (wd - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
+        if oph >= max(sh, dh) or opw >= max(sw, dw):
+            raise ShapeError(f"{op}: output_padding must be smaller than stride or dilation")
+    else:
+        cout = w.shape[0]
+        if cin != w.shape[1] * groups:
+            raise ShapeError(
+                f"{op}: input has {cin} channels but the kernel {w.shape} with {groups} group(s) expects {w.shape[1] * groups}"
+            )
+        oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if cin % groups or cout % groups:
+        raise ShapeError(f"{op}: channels ({cin} in, {cout} out) must divide by groups={groups}")
+    if oh <= 0 or ow <= 0:
+        raise ShapeError(f"{op}: input {x.shape} is too small for kernel {w.shape} (output would be {oh}x{ow})")
+    params = (b, cin, h, wd, cout, kh, kw, sh, sw, ph, pw, dh, dw, groups, oh, ow, oph, opw)
+    lay = Layout.contig((b, cout, oh, ow))
+    out = dev.backend.alloc(lay.numel * dtype.itemsize)
+    if lay.numel:
+        kernel(dev, op.replace("1d", "2d"), dtype)(out, x._storage, x._layout, w._storage, w._layout, params)
+    result = make(out, lay, dtype, dev)
+    return result.squeeze(0) if unbatched else result
+
+
+def conv2d(x, w, padding=0, stride=1, dilation=1, groups=1) -> Tensor:
+    """x (b, c_in, h, w) with kernel (c_out, c_in / groups, kh, kw)."""
+    return _conv("conv2d", x, w, padding, stride, dilation, groups, False)
+
+
+def conv_transpose2d(x, w, padding=0, output_padding=0, stride=1, dilation=1, groups=1) -> Tensor:
+    """x (b, c_in, h, w) with kernel (c_in, c_out / groups, kh, kw)."""
+    return _conv("conv_transpose2d", x, w, padding, stride, dilation, groups, True, _pair(output_padding, "output_padding"))
+
+
+def _as_2d(op: str, x: Tensor, w: Tensor) -> tuple[Tensor, Tensor, bool]:
+    check_tensor(op, x)
+    check_tensor(op, w, "kernel")
+    if w.rank != 3:
+        raise ShapeError(f"{op}: the kernel must be 3-d, got {w.shape}")
+    x, unbatched = _batched(op, x, 3)
+    return x.unsqueeze(2), w.unsqueeze(2), unbatched
+
+
+def conv1d(x, w, padding=0, stride=1, dilation=1, groups=1) -> Tensor:
+    """x (b, c_in, l) with kernel (c_out, c_in / groups, k)."""
+    x2, w2, unbatched = _as_2d("conv1d", x, w)
+    out = _conv("conv1d", x2, w2, (0, padding), (1, stride), (1, dilation), groups, False).squeeze(2)
+    return out.squeeze(0) if unbatched else out
+
+
+def conv_transpose1d(x, w, padding=0, output_padding=0, stride=1, dilation=1, groups=1) -> Tensor:
+    """x (b, c_in, l) with kernel (c_in, c_out / groups, k)."""
+    x2, w2, unbatched = _as_2d("conv_transpose1d", x, w)
+    out = _conv("conv_transpose1d", x2, w2, (0, padding), (1, stride), (1, dilation), groups, True,
+                (0, output_padding)).squeeze(2)
+    return out.squeeze(0) if unbatched else out
+
+
+def _pool_out(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    span = size + 2 * p - d * (k - 1) - 1
+    out = (span + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:  # the last window must start inside the input
+        out -= 1
+    return out
+
+
+def pool2d(op: str, x: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+           count_include_pad=True) -> Tensor:
+    """max_pool2d / avg_pool2d over (b, c, h, w); stride defaults to the kernel size."""
+    check_tensor(op, x)
+    x, unbatched = _batched(op, x, 4)
+    kh, kw = _pair(kernel_size, "kernel_size")
+    sh, sw = _pair(stride if stride is not None else (kh, kw), "stride")
+    ph, pw = _pair(padding, "padding")
+    dh, dw = _pair(dilation, "dilation")
+    if min(kh, kw, sh, sw, dh, dw) < 1 or min(ph, pw) < 0:
+        raise ShapeError(f"{op}: kernel, stride and dilation must be >= 1 and padding >= 0")
+    if ph > kh // 2 or pw > kw // 2:
+        raise ShapeError(f"{op}: padding ({ph}, {pw}) must be at most half the kernel ({kh}, {kw})")
+    b, c, h, w = x.shape
+    oh, ow = _pool_out(h, kh, sh, ph, dh, ceil_mode), _pool_out(w, kw, sw, pw, dw, ceil_mode)
+    if oh <= 0 or ow <= 0:
+        raise ShapeError(f"{op}: input {x.shape} is too small for a {kh}x{kw} window")
+    dev = x._device
+    lay = Layout.contig((b, c, oh, ow))
+    out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
+    params = (b, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, int(bool(count_include_pad)))
+    if lay.numel:
+        kernel(dev, op, x._dtype)(out, x._storage, x._layout, params)
+    result = make(out, lay, x._dtype, dev)
+    return result.squeeze(0) if unbatched else result
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> Tensor:
+    return pool2d("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True) -> Tensor:
+    return pool2d("avg_pool2d", x, kernel_size, stride, padding, 1, ceil_mode, count_include_pad)
+
+
+def upsample2d(x: Tensor, target_h: int, target_w: int, mode: str = "nearest", align_corners: bool = False) -> Tensor:
+    """Resizes (b, c, h, w) to (b, c, target_h, target_w): "nearest" or "bilinear"."""
+    check_tensor("upsample", x)
+    if mode not in ("nearest", "bilinear"):
+        raise ValueError(f"upsample: mode must be 'nearest' or 'bilinear', got {mode!r}")
+    x, unbatched = _batched("upsample", x, 4)
+    if target_h < 1 or target_w < 1:
+        raise ShapeError(f"upsample: target size must be positive, got {target_h}x{target_w}")
+    if mode == "bilinear":
+        require_float("upsample_bilinear2d", x)
+    b, c, h, w = x.shape
+    if h == 0 or w == 0:
+        raise ShapeError(f"upsample: cannot resize an empty image {x.shape}")
+    dev = x._device
+    lay = Layout.contig((b, c, target_h, target_w))
+    out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
+    op = f"upsample_{mode}2d"
+    if lay.numel:
+        kernel(dev, op, x._dtype)(out, x._storage, x._layout, target_h, target_w, bool(align_corners))
+    result = make(out, lay, x._dtype, dev)
+    return result.squeeze(0) if unbatched else result

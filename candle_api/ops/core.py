@@ -1,0 +1,116 @@
+"""Helpers shared by the op modules: making tensors, allocating outputs,
+finding kernels and checking operands."""
+
+from __future__ import annotations
+
+from ..errors import DeviceError, DTypeError, ShapeError, UnsupportedOpError
+from ..layout import Layout, normalize_dim
+from ..registry import registry
+from ..tensor import Tensor
+
+_new = object.__new__
+
+
+def make(storage, layout: Layout, dtype, device) -> Tensor:
+    """A tensor over an existing storage (the internal constructor)."""
+    t = _new(Tensor)
+    t._storage = storage
+    t._layout = layout
+    t._dtype = dtype
+    t._device = device
+    t._node = None
+    return t
+
+
+def view(x: Tensor, layout: Layout) -> Tensor:
+    """Another view of x's storage."""
+    return make(x._storage, layout, x._dtype, x._device)
+
+
+def empty(shape: tuple, dtype, device) -> Tensor:
+    """A contiguous tensor with uninitialized contents."""
+    lay = Layout.contig(shape)
+    return make(device.backend.alloc(lay.numel * dtype.itemsize), lay, dtype, device)
+
+
+def kernel(device, op: str, dtype):
+    """The device's kernel for (op, dtype); raises UnsupportedOpError."""
+    k = device.kernels.get((op, dtype))
+    if k is None:
+        raise unsupported(op, device, dtype)
+    return k
+
+
+def has_kernel(device, op: str, dtype) -> bool:
+    return (op, dtype) in device.kernels
+
+
+def unsupported(op: str, device, dtype) -> UnsupportedOpError:
+    plugins = [
+        f"{r.name} ({r.distribution} {r.version})".replace(" )", ")") for r in registry().records() if not r.error
+    ]
+    return UnsupportedOpError(op, str(device), str(dtype) if dtype is not None else None, plugins)
+
+
+def check_tensor(op: str, x, what: str = "argument") -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: {what} must be a Tensor, got {type(x).__name__}")
+    return x
+
+
+def same_device(op: str, *tensors: Tensor):
+    dev = tensors[0]._device
+    for t in tensors[1:]:
+        if t._device is not dev:
+            raise DeviceError(
+                f"{op}: tensors are on different devices ({', '.join(str(t._device) for t in tensors)}); "
+                "move them with .to_device() first"
+            )
+    return dev
+
+
+def same_dtype(op: str, *tensors: Tensor):
+    dt = tensors[0]._dtype
+    for t in tensors[1:]:
+        if t._dtype is not dt:
+            raise DTypeError(
+                f"{op}: dtypes differ ({', '.join(str(t._dtype) for t in tensors)}); "
+                "convert with .to_dtype() first"
+            )
+    return dt
+
+
+def require_float(op: str, x: Tensor) -> None:
+    if not x._dtype.is_float:
+        raise DTypeError(f"{op} needs a float tensor, got {x._dtype}")
+
+
+def broadcast_shape(op: str, *shapes: tuple) -> tuple:
+    """NumPy broadcasting of several shapes; raises ShapeError naming the op."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        size = 1
+        for s in shapes:
+            j = i - (rank - len(s))
+            if j < 0:
+                continue
+            d = s[j]
+            if d != 1:
+                if size != 1 and d != size:
+                    raise ShapeError(f"{op}: shapes {' and '.join(str(s) for s in shapes)} cannot be broadcast together")
+                size = d
+        out.append(size)
+    return tuple(out)
+
+
+def dims_arg(op: str, dim, rank: int) -> tuple:
+    """Normalizes an int / sequence of ints / None (all dims) to sorted unique dims."""
+    if dim is None:
+        return tuple(range(rank))
+    if isinstance(dim, int):
+        return (normalize_dim(dim, rank),)
+    dims = sorted({normalize_dim(d, rank) for d in dim})
+    if len(dims) != len(list(dim)):
+        raise ShapeError(f"{op}: repeated dims in {list(dim)}")
+    return tuple(dims)

@@ -1,0 +1,234 @@
+"""Making tensors: from Python data or numpy, constant fills, ranges, random
+values; moving them between devices and dtypes."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..device import get_device, known_devices
+from ..dtype import f32, get_dtype, from_numpy_dtype, i64, u32
+from ..errors import DTypeError, ShapeError
+from ..layout import Layout, check_shape
+from ..tensor import Tensor, _shape_args
+from .core import kernel, make
+
+
+def _infer_dtype(arr: np.ndarray):
+    """candle-pyo3's rules for Python data: floats -> f32; ints -> u32 when they
+    all fit, else i64; bools -> u8."""
+    kind = arr.dtype.kind
+    if kind == "f":
+        return f32
+    if kind in "iu":
+        if arr.size == 0 or (arr.min() >= 0 and arr.max() <= 0xFFFFFFFF):
+            return u32
+        if arr.min() >= -(2**63) and arr.max() < 2**63:
+            return i64
+        raise DTypeError("integer values do not fit in i64")
+    return from_numpy_dtype(arr.dtype)
+
+
+def _to_array(data) -> np.ndarray:
+    try:
+        arr = np.asarray(data)
+    except (ValueError, OverflowError) as exc:
+        raise ShapeError(f"cannot make a tensor from {type(data).__name__}: {exc}") from None
+    if arr.dtype == object:
+        raise ShapeError(f"cannot make a tensor from ragged or non-numeric data of type {type(data).__name__}")
+    return arr
+
+
+def from_array(arr: np.ndarray, dtype=None, device=None, copy: bool = True) -> Tensor:
+    """A tensor from a numpy array, converting to ``dtype`` when given.
+    With copy=False on a host backend the tensor shares the array's memory."""
+    dev = get_device(device)
+    dt = get_dtype(dtype) if dtype is not None else from_numpy_dtype(arr.dtype)
+    if arr.dtype != dt.np:
+        arr = arr.astype(dt.np)
+        copy = False  # already a fresh array
+    shape = check_shape(arr.shape)
+    storage, layout = dev.backend.from_numpy(arr, copy)
+    return make(storage, layout if layout is not None else Layout.contig(shape), dt, dev)
+
+
+def tensor(data, dtype=None, device=None) -> Tensor:
+    """A new tensor holding a copy of ``data`` (scalar, nested lists, numpy array, Tensor)."""
+    if isinstance(data, Tensor):
+        out = data.to_device(device) if device is not None else data.copy()
+        return out.to_dtype(dtype) if dtype is not None else out
+    if isinstance(data, np.ndarray) or hasattr(data, "__array__") or hasattr(data, "__array_interface__"):
+        arr = _to_array(data)
+        return from_array(arr, dtype, device)
+    arr = _to_array(data)
+    return from_array(arr, dtype if dtype is not None else _infer_dtype(arr), device)
+
+
+def from_numpy(arr: np.ndarray, device=None) -> Tensor:
+    """A tensor sharing ``arr``'s memory on the cpu (zero-copy, any non-negative
+    strides), copied to other devices. Later writes to ``arr`` show in the tensor."""
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"from_numpy takes a numpy array, got {type(arr).__name__}")
+    return from_array(arr, None, device, copy=False)
+
+
+def _fill(shape, value, dtype, device) -> Tensor:
+    shape = check_shape(_shape_args(shape))
+    dt = get_dtype(dtype) if dtype is not None else f32
+    dev = get_device(device)
+    out = empty(shape, dtype=dt, device=dev)
+    if out._layout.numel:
+        fill_(out, value)
+    return out
+
+
+def fill_(t: Tensor, value) -> Tensor:
+    """Sets every element of t (any layout) to value, in place."""
+    value = np.asarray(value).astype(t._dtype.np)
+    kernel(t._device, "fill", t._dtype)(t._storage, t._layout, value.tobytes())
+    return t
+
+
+def zeros(*shape, dtype=None, device=None) -> Tensor:
+    return _fill(shape, 0, dtype, device)
+
+
+def ones(*shape, dtype=None, device=None) -> Tensor:
+    return _fill(shape, 1, dtype, device)
+
+
+def full(shape, fill_value, dtype=None, device=None) -> Tensor:
+    if dtype is None:
+        dtype = _infer_dtype(np.asarray(fill_value)) if not isinstance(fill_value, bool) else "u8"
+    return _fill((shape,) if isinstance(shape, int) else tuple(shape), fill_value, dtype, device)
+
+
+def empty(*shape, dtype=None, device=None) -> Tensor:
+    """A tensor with uninitialized contents."""
+    shape = check_shape(_shape_args(shape))
+    dt = get_dtype(dtype) if dtype is not None else f32
+    dev = get_device(device)
+    lay = Layout.contig(shape)
+    return make(dev.backend.alloc(lay.numel * dt.itemsize), lay, dt, dev)
+
+
+def _like(fn, x: Tensor, dtype, device, *args):
+    return fn(x.shape, *args, dtype=dtype if dtype is not None else x.dtype,
+              device=device if device is not None else x.device)
+
+
+def zeros_like(x: Tensor, dtype=None, device=None) -> Tensor:
+    return _like(zeros, x, dtype, device)
+
+
+def ones_like(x: Tensor, dtype=None, device=None) -> Tensor:
+    return _like(ones, x, dtype, device)
+
+
+def empty_like(x: Tensor, dtype=None, device=None) -> Tensor:
+    return _like(empty, x, dtype, device)
+
+
+def full_like(x: Tensor, fill_value, dtype=None, device=None) -> Tensor:
+    return full(x.shape, fill_value, dtype=dtype if dtype is not None else x.dtype,
+                device=device if device is not None else x.device)
+
+
+def rand_like(x: Tensor, lo: float = 0.0, up: float = 1.0) -> Tensor:
+    return rand(x.shape, lo=lo, up=up, dtype=x.dtype, device=x.device)
+
+
+def randn_like(x: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
+    return randn(x.shape, mean=mean, std=std, dtype=x.dtype, device=x.device)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
+    """Values from start (inclusive) to end (exclusive). Integer arguments give
+    i64, floats f32 (as PyTorch), unless dtype says otherwise."""
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise ShapeError("arange: step must not be zero")
+    if dtype is None:
+        dtype = i64 if all(isinstance(v, numbers.Integral) for v in (start, end, step)) else f32
+    dt = get_dtype(dtype)
+    values = np.arange(start, end, step, dtype=np.float64 if dt.is_float else np.int64)
+    return from_array(values, dt, device)
+
+
+def arange_step(start, end, step, dtype=None, device=None) -> Tensor:
+    return arange(start, end, step, dtype=dtype, device=device)
+
+
+def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
+    dt = get_dtype(dtype) if dtype is not None else f32
+    return from_array(np.eye(n, m if m is not None else n, dtype=dt.np), dt, device)
+
+
+def _random(shape, dist: int, p0: float, p1: float, dtype, device) -> Tensor:
+    shape = check_shape(_shape_args(shape))
+    dt = get_dtype(dtype) if dtype is not None else f32
+    if not dt.is_float:
+        raise DTypeError(f"random values need a float dtype, got {dt}")
+    dev = get_device(device)
+    lay = Layout.contig(shape)
+    n = lay.numel
+    out = make(dev.backend.alloc(n * dt.itemsize), lay, dt, dev)
+    if n:
+        seed, offset = dev.next_random_offset(n)
+        dev.backend.random(out._storage, dt, n, dist, float(p0), float(p1), seed, offset)
+    return out
+
+
+def rand(*shape, lo: float = 0.0, up: float = 1.0, dtype=None, device=None) -> Tensor:
+    """Uniform values in [lo, up), from the device's seeded stream (see manual_seed)."""
+    return _random(shape, 0, lo, up, dtype, device)
+
+
+def randn(*shape, mean: float = 0.0, std: float = 1.0, dtype=None, device=None) -> Tensor:
+    """Normal values, from the device's seeded stream (see manual_seed)."""
+    return _random(shape, 1, mean, std, dtype, device)
+
+
+def manual_seed(seed: int) -> None:
+    """Resets the random stream of every device (and of devices made later)."""
+    from .. import device as device_mod
+
+    device_mod.DEFAULT_SEED = int(seed)
+    for dev in known_devices():
+        dev.manual_seed(seed)
+
+
+def to_device(x: Tensor, device) -> Tensor:
+    dev = get_device(device)
+    if dev is x._device:
+        return x
+    host = np.ascontiguousarray(x.numpy())
+    return from_array(host, x._dtype, dev)
+
+
+def to(x: Tensor, *args, **kwargs) -> Tensor:
+    dtype = kwargs.pop("dtype", None)
+    device = kwargs.pop("device", None)
+    if kwargs:
+        raise TypeError(f"to() got unexpected arguments {sorted(kwargs)}")
+    for arg in args:
+        if isinstance(arg, Tensor):
+            dtype, device = arg.dtype, arg.device
+        elif _is_dtype(arg):
+            dtype = arg
+        else:
+            device = arg
+    if dtype is None and device is None:
+        raise TypeError("to() needs a dtype, a device or a tensor")
+    out = x.to_device(device) if device is not None else x
+    return out.to_dtype(dtype) if dtype is not None else out
+
+
+def _is_dtype(value) -> bool:
+    try:
+        get_dtype(value)
+        return True
+    except (DTypeError, TypeError):
+        return False

@@ -1,0 +1,226 @@
+"""Elementwise ops: unary, unary with parameters, binary with NumPy
+broadcasting, comparisons (u8 results), where, casts and clamp.
+
+Binary ops need equal dtypes (Candle's rule; convert explicitly). A Python
+scalar operand takes the tensor's dtype: +, - and * become one affine kernel,
+other ops use a cached 0-d tensor broadcast with zero strides. A float scalar
+that an integer dtype cannot hold exactly is an error, not a silent rounding.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ..dtype import u8
+from ..errors import DTypeError
+from ..layout import Layout
+
+_contig = Layout.contig
+_new = object.__new__
+from ..tensor import Tensor
+from .core import broadcast_shape, check_tensor, has_kernel, kernel, make, same_device, same_dtype, unsupported
+
+# ---- unary -------------------------------------------------------------------------------
+
+
+def unary(op: str, x: Tensor) -> Tensor:
+    dev, dtype = x._device, x._dtype
+    k = dev.kernels.get((op, dtype))
+    if k is None:
+        decomposition = DECOMPOSITIONS.get(op)
+        if decomposition is None or not dtype.is_float:
+            raise unsupported(op, dev, dtype)
+        return decomposition(x)
+    lay = _contig(x._layout.shape)
+    out = dev.backend.alloc(lay.numel * dtype.itemsize)
+    if lay.numel:
+        k(out, x._storage, x._layout)
+    t = _new(Tensor)
+    t._storage, t._layout, t._dtype, t._device, t._node = out, lay, dtype, dev, None
+    return t
+
+
+def param(op: str, x: Tensor, p0: float, p1: float) -> Tensor:
+    """Unary ops with two float parameters (affine, powf, elu, leaky_relu, clamp)."""
+    dev, dtype = x._device, x._dtype
+    k = dev.kernels.get((op, dtype))
+    if k is None:
+        raise unsupported(op, dev, dtype)
+    lay = Layout.contig(x._layout.shape)
+    out = dev.backend.alloc(lay.numel * dtype.itemsize)
+    if lay.numel:
+        k(out, x._storage, x._layout, float(p0), float(p1))
+    return make(out, lay, dtype, dev)
+
+
+# Composite forms of unary ops, for backends without a kernel for them.
+DECOMPOSITIONS = {
+    "sigmoid": lambda x: (unary("neg", x).exp() + 1.0).recip(),
+    "silu": lambda x: x * unary("sigmoid", x),
+    "gelu": lambda x: x * 0.5 * (((x * x * x) * 0.044715 + x) * math.sqrt(2.0 / math.pi)).tanh().affine(1.0, 1.0),
+    "gelu_erf": lambda x: x * 0.5 * (x * (1.0 / math.sqrt(2.0))).erf().affine(1.0, 1.0),
+    "softplus": lambda x: x.exp().affine(1.0, 1.0).log(),
+    "rsqrt": lambda x: x.sqrt().recip(),
+    "sqr": lambda x: x * x,
+    "relu": lambda x: param("clamp", x, 0.0, math.inf),
+}
+
+# ---- binary -------------------------------------------------------------------------------
+
+
+def binary(op: str, a: Tensor, b: Tensor, out_dtype=None) -> Tensor:
+    """a op b with NumPy broadcasting; dtypes and devices must match. The result
+    has a's dtype, or out_dtype (u8 for comparisons)."""
+    dtype = a._dtype
+    if b.__class__ is not Tensor:
+        check_tensor(op, b, "right operand")
+    if b._dtype is not dtype:
+        same_dtype(op, a, b)
+    dev = a._device
+    if b._device is not dev:
+        same_device(op, a, b)
+    la, lb = a._layout, b._layout
+    shape = la.shape
+    if lb.shape != shape:
+        shape = broadcast_shape(op, shape, lb.shape)
+        if la.shape != shape:
+            la = la.broadcast_as(shape)
+        if lb.shape != shape:
+            lb = lb.broadcast_as(shape)
+    k = dev.kernels.get((op, dtype))
+    if k is None:
+        raise unsupported(op, dev, dtype)
+    if out_dtype is None:
+        out_dtype = dtype
+    lay = _contig(shape)
+    out = dev.backend.alloc(lay.numel * out_dtype.itemsize)
+    if lay.numel:
+        k(out, a._storage, la, b._storage, lb)
+    t = _new(Tensor)
+    t._storage, t._layout, t._dtype, t._device, t._node = out, lay, out_dtype, dev, None
+    return t
+
+
+_AFFINE = {  # scalar forms that are one affine kernel: (mul, add) from the scalar s
+    ("add", False): lambda s: (1.0, s),
+    ("add", True): lambda s: (1.0, s),
+    ("sub", False): lambda s: (1.0, -s),
+    ("sub", True): lambda s: (-1.0, s),
+    ("mul", False): lambda s: (s, 0.0),
+    ("mul", True): lambda s: (s, 0.0),
+}
+
+
+def binary_any(op: str, x: Tensor, other, reflected: bool = False) -> Tensor:
+    """x op other, other a Tensor or a Python/numpy scalar; ``reflected`` computes other op x."""
+    if isinstance(other, Tensor):
+        return binary(op, other, x) if reflected else binary(op, x, other)
+    if not isinstance(other, numbers.Number):
+        return NotImplemented
+    if x._dtype.is_int:
+        _check_int_scalar(other, x._dtype)
+    affine = _AFFINE.get((op, reflected))
+    # Doubles carry integers exactly up to 2**53; larger ones take the tensor path.
+    if affine is not None and abs(other) < 2**53 and has_kernel(x._device, "affine", x._dtype):
+        mul, add = affine(float(other))
+        return param("affine", x, mul, add)
+    if op == "pow" and not reflected and x._dtype.is_float:
+        return param("powf", x, float(other), 0.0)
+    s = scalar(other, x._dtype, x._device)
+    return binary(op, s, x) if reflected else binary(op, x, s)
+
+
+def compare(op: str, x: Tensor, other) -> Tensor:
+    """x op other as a u8 tensor of 0/1; other a Tensor or a scalar."""
+    if isinstance(other, Tensor):
+        return binary(op, x, other, u8)
+    if not isinstance(other, numbers.Number):
+        return NotImplemented
+    return binary(op, x, scalar(other, x._dtype, x._device), u8)
+
+
+_SCALARS: dict = {}
+
+
+def scalar(value, dtype, device) -> Tensor:
+    """A cached 0-d tensor holding value in dtype on device."""
+    key = (device, dtype, type(value), value)
+    t = _SCALARS.get(key)
+    if t is not None:
+        return t
+    if dtype.is_int:
+        _check_int_scalar(value, dtype)
+    from .creation import from_array
+
+    t = from_array(np.array(value, dtype=dtype.np), dtype, device)
+    if len(_SCALARS) > 512:
+        _SCALARS.clear()
+    _SCALARS[key] = t
+    return t
+
+
+def _check_int_scalar(value, dtype) -> None:
+    """An integer tensor takes only scalars it can hold exactly."""
+    if isinstance(value, float) and not value.is_integer():
+        raise DTypeError(f"the scalar {value} cannot be used with a {dtype} tensor without rounding; "
+                         "convert the tensor to a float dtype first")
+    info = np.iinfo(dtype.np)
+    if not info.min <= value <= info.max:
+        raise DTypeError(f"the scalar {value} does not fit in {dtype}")
+
+
+# ---- where, casts, clamp ----------------------------------------------------------------
+
+
+def where(cond: Tensor, on_true, on_false) -> Tensor:
+    """on_true where cond is nonzero, else on_false; all three broadcast together."""
+    check_tensor("where", cond, "condition")
+    ref = on_true if isinstance(on_true, Tensor) else on_false
+    if not isinstance(ref, Tensor):
+        raise TypeError("where: on_true or on_false must be a Tensor")
+    if not isinstance(on_true, Tensor):
+        on_true = scalar(on_true, ref._dtype, ref._device)
+    if not isinstance(on_false, Tensor):
+        on_false = scalar(on_false, ref._dtype, ref._device)
+    dtype = same_dtype("where", on_true, on_false)
+    dev = same_device("where", cond, on_true, on_false)
+    if cond._dtype is not u8:
+        cond = compare("ne", cond, 0)
+    shape = broadcast_shape("where", cond.shape, on_true.shape, on_false.shape)
+    lay = Layout.contig(shape)
+    out = dev.backend.alloc(lay.numel * dtype.itemsize)
+    if lay.numel:
+        kernel(dev, "where", dtype)(
+            out,
+            cond._storage, cond._layout.broadcast_as(shape),
+            on_true._storage, on_true._layout.broadcast_as(shape),
+            on_false._storage, on_false._layout.broadcast_as(shape),
+        )
+    return make(out, lay, dtype, dev)
+
+
+def cast(x: Tensor, dtype) -> Tensor:
+    """x converted to dtype. Floats saturate into integers and NaN becomes 0
+    (Rust's `as`, which Candle inherits); integers wrap into narrower integers."""
+    if dtype is x._dtype:
+        return x
+    dev = x._device
+    lay = Layout.contig(x._layout.shape)
+    out = dev.backend.alloc(lay.numel * dtype.itemsize)
+    if lay.numel:
+        kernel(dev, "cast", x._dtype)(out, x._storage, x._layout, dtype)
+    return make(out, lay, dtype, dev)
+
+
+def clamp(x: Tensor, lo=None, hi=None) -> Tensor:
+    if isinstance(lo, Tensor) or isinstance(hi, Tensor):
+        out = x
+        if lo is not None:
+            out = binary_any("maximum", out, lo)
+        if hi is not None:
+            out = binary_any("minimum", out, hi)
+        return out
+    return param("clamp", x, -math.inf if lo is None else lo, math.inf if hi is None else hi)

@@ -1,0 +1,277 @@
+"""Indexing: ``x[...]``, index_select, gather, scatter, scatter_add,
+index_add and embedding.
+
+``x[...]`` takes ints (negative count from the end), slices with any step,
+None, ``...``, integer lists / arrays / tensors (gathered along their dim,
+negative entries wrap) and boolean masks (numpy bool arrays, lists of bools,
+or u8 tensors such as comparison results, following PyTorch's old uint8
+rule). Ints, positive-step slices, None and ``...`` give views; the rest copy.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..dtype import INDEX_DTYPES, i64, u8
+from ..errors import DTypeError, IndexOutOfRangeError, ShapeError
+from ..layout import Layout, normalize_dim
+from ..tensor import Tensor
+from .core import check_tensor, kernel, make, same_device, view
+from .creation import from_array
+from .shape import contiguous, copy, flatten, reshape
+
+
+# ---- x[...] -------------------------------------------------------------------------------
+
+
+def getitem(x: Tensor, index) -> Tensor:
+    lay = x._layout
+    # Fast paths: x[a:b] and x[i] on dim 0.
+    if index.__class__ is slice and index.step is None and lay.shape:
+        size = lay.shape[0]
+        start, stop, _ = index.indices(size)
+        n = stop - start if stop > start else 0
+        if lay.contiguous and size:  # the common case, built without recomputing contiguity
+            new = _new(Layout)
+            new.shape, new.strides, new.offset, new.numel, new.contiguous = (
+                (n,) + lay.shape[1:], lay.strides, lay.offset + start * lay.strides[0], lay.numel // size * n, True)
+        else:
+            new = lay.narrow(0, start, n)
+        t = _new(Tensor)
+        t._storage, t._layout, t._dtype, t._device, t._node = x._storage, new, x._dtype, x._device, None
+        return t
+    if index.__class__ is int and lay.shape:
+        n = lay.shape[0]
+        if -n <= index < n:
+            return view(x, lay.select(0, index + n if index < 0 else index))
+        raise IndexOutOfRangeError(f"index {index} is out of range for dim 0 of size {n}")
+    return _getitem(x, index if isinstance(index, tuple) else (index,))
+
+
+_new = object.__new__
+
+
+def _is_advanced(item) -> bool:
+    return isinstance(item, (Tensor, list, np.ndarray))
+
+
+def _consumed(item) -> int:
+    """How many dims of x an index item consumes."""
+    if item is None:
+        return 0
+    mask = _as_mask(item)
+    return mask.ndim if mask is not None else 1
+
+
+def _as_mask(item):
+    """The item as a numpy bool array if it is a mask, else None."""
+    if isinstance(item, Tensor):
+        return item.numpy().astype(bool) if item.dtype is u8 else None
+    if isinstance(item, np.ndarray):
+        return item if item.dtype == bool else None
+    if isinstance(item, list) and item and all(isinstance(v, (bool, np.bool_)) for v in item):
+        return np.asarray(item, dtype=bool)
+    return None
+
+
+def _getitem(x: Tensor, index: tuple) -> Tensor:
+    rank = x.rank
+    n_ellipsis = sum(1 for item in index if item is Ellipsis)
+    if n_ellipsis > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(_consumed(item) for item in index if item is not Ellipsis)
+    if used > rank:
+        raise IndexError(f"too many indices for a tensor of rank {rank}: {used} given")
+    if n_ellipsis:
+        pos = next(i for i, item in enumerate(index) if item is Ellipsis)
+        index = index[:pos] + (slice(None),) * (rank - used) + index[pos + 1 :]
+    # Basic indexing as one layout change; advanced items are kept for later with
+    # the dim they apply to in the resulting view.
+    lay = x._layout
+    dim = 0
+    advanced = []  # (dim in the view, item)
+    needs_copy = False
+    for item in index:
+        if item is None:
+            lay = lay.unsqueeze(dim)
+            dim += 1
+        elif isinstance(item, slice):
+            size = lay.shape[dim]
+            start, stop, step = item.indices(size)
+            length = len(range(start, stop, step))
+            lay = lay.slice(dim, start, length, step)
+            needs_copy |= step < 0
+            dim += 1
+        elif _is_advanced(item):
+            mask = _as_mask(item)
+            if mask is not None:
+                # A mask over k dims is an index into those dims flattened together.
+                k = mask.ndim
+                if k == 0 or lay.shape[dim : dim + k] != mask.shape:
+                    raise IndexError(f"mask of shape {mask.shape} does not match dims {lay.shape[dim:dim + k]}")
+                merged = lay.shape[:dim] + (mask.size,) + lay.shape[dim + k :]
+                flat = lay.reshape(merged)
+                if flat is None:  # those dims cannot merge in place: copy once
+                    x = copy(view(x, lay))
+                    needs_copy = False
+                    flat = x._layout.reshape(merged)
+                lay = flat
+                advanced.append((dim, np.flatnonzero(mask)))
+            else:
+                advanced.append((dim, item))
+            dim += 1
+        elif isinstance(item, (numbers.Integral, np.integer)) or (isinstance(item, Tensor) and item.rank == 0):
+            i = int(item)
+            size = lay.shape[dim]
+            if not -size <= i < size:
+                raise IndexOutOfRangeError(f"index {i} is out of range for dim {dim} of size {size}")
+            lay = lay.select(dim, i + size if i < 0 else i)
+        else:
+            raise IndexError(f"unsupported index {item!r} of type {type(item).__name__}")
+    out = view(x, lay)
+    if needs_copy:
+        out = copy(out)
+    if advanced:
+        out = _advanced(out, advanced)
+    return out
+
+
+def _index_tensor(item, size: int, device) -> Tensor:
+    """An i64 index tensor on device with negative entries wrapped and range-checked."""
+    if isinstance(item, Tensor):
+        if not item.dtype.is_int:
+            raise DTypeError(f"index tensors must have an integer dtype, got {item.dtype}")
+        host = item.numpy().astype(np.int64)
+    else:
+        host = np.asarray(item)
+        if host.dtype.kind not in "iu" and host.size:
+            raise DTypeError(f"index arrays must hold integers, got {host.dtype}")
+        host = host.astype(np.int64)
+    bad = (host < -size) | (host >= size)
+    if bad.any():
+        v = int(host[bad].flat[0])
+        raise IndexOutOfRangeError(f"index {v} is out of range for a dim of size {size}")
+    host = np.where(host < 0, host + size, host)
+    return from_array(host, i64, device)
+
+
+def _advanced(x: Tensor, items: list) -> Tensor:
+    """Gathers along the dims of advanced index items (broadcast together), as numpy does."""
+    dims = [d for d, _ in items]
+    idx = [_index_tensor(item, x.shape[d], x.device) for d, item in items]
+    bshape = np.broadcast_shapes(*(t.shape for t in idx))
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    if not adjacent:  # numpy puts the result dims first when the advanced dims are apart
+        order = dims + [d for d in range(x.rank) if d not in dims]
+        x = x.permute(order)
+        dims = list(range(len(dims)))
+    first = dims[0]
+    # Linear index into the advanced dims flattened together.
+    linear = None
+    for d, t in zip(dims, idx):
+        t = t.broadcast_as(bshape)
+        linear = t if linear is None else linear * x.shape[d] + t
+    flat = flatten(x, first, first + len(dims) - 1) if len(dims) > 1 else x
+    picked = index_select(flat, contiguous(linear.flatten_all()), first)
+    return reshape(picked, flat.shape[:first] + tuple(bshape) + flat.shape[first + 1 :])
+
+
+# ---- index kernels ---------------------------------------------------------------------
+
+
+def _check_ids(op: str, ids) -> Tensor:
+    check_tensor(op, ids, "indexes")
+    if ids.dtype not in INDEX_DTYPES:
+        raise DTypeError(f"{op}: indexes must have an integer dtype, got {ids.dtype}")
+    return ids
+
+
+def index_select(x: Tensor, ids: Tensor, dim: int) -> Tensor:
+    _check_ids("index_select", ids)
+    same_device("index_select", x, ids)
+    if ids.rank != 1:
+        raise ShapeError(f"index_select: indexes must be 1-d, got shape {ids.shape}")
+    dim = normalize_dim(dim, x.rank)
+    ids = contiguous(ids)
+    shape = x.shape[:dim] + (ids.shape[0],) + x.shape[dim + 1 :]
+    dev = x._device
+    lay = Layout.contig(shape)
+    out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
+    if lay.numel or ids.shape[0]:
+        kernel(dev, "index_select", x._dtype)(out, x._storage, x._layout, ids._storage, ids._layout, ids.dtype, dim)
+    return make(out, lay, x._dtype, dev)
+
+
+def gather(x: Tensor, ids: Tensor, dim: int) -> Tensor:
+    """out[i][j][k] = x[i][ids[i][j][k]][k] for dim 1 (PyTorch's gather)."""
+    _check_ids("gather", ids)
+    same_device("gather", x, ids)
+    dim = normalize_dim(dim, x.rank)
+    if ids.rank != x.rank:
+        raise ShapeError(f"gather: indexes of shape {ids.shape} need the rank of the input {x.shape}")
+    for d in range(x.rank):
+        if d != dim and ids.shape[d] > x.shape[d]:
+            raise ShapeError(f"gather: indexes {ids.shape} exceed the input {x.shape} in dim {d}")
+    dev = x._device
+    lay = Layout.contig(ids.shape)
+    out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
+    if lay.numel:
+        kernel(dev, "gather", x._dtype)(out, x._storage, x._layout, ids._storage, ids._layout, ids.dtype, dim)
+    return make(out, lay, x._dtype, dev)
+
+
+def scatter(x: Tensor, ids: Tensor, src: Tensor, dim: int, accumulate: bool) -> Tensor:
+    """A copy of x with src written (or added) at ids along dim (PyTorch's scatter rules)."""
+    op = "scatter_add" if accumulate else "scatter"
+    _check_ids(op, ids)
+    check_tensor(op, src, "source")
+    same_device(op, x, ids, src)
+    if src.dtype is not x.dtype:
+        raise DTypeError(f"{op}: source dtype {src.dtype} differs from {x.dtype}")
+    dim = normalize_dim(dim, x.rank)
+    if ids.rank != x.rank or src.rank != x.rank:
+        raise ShapeError(f"{op}: input {x.shape}, indexes {ids.shape} and source {src.shape} need the same rank")
+    for d in range(x.rank):
+        if ids.shape[d] > src.shape[d] or (d != dim and ids.shape[d] > x.shape[d]):
+            raise ShapeError(f"{op}: indexes {ids.shape} exceed source {src.shape} or input {x.shape} in dim {d}")
+    out = copy(x)
+    src_lay = src._layout
+    for d in range(x.rank):  # only the part of src that ids covers is read
+        if src_lay.shape[d] != ids.shape[d]:
+            src_lay = src_lay.narrow(d, 0, ids.shape[d])
+    if ids._layout.numel:
+        kernel(x._device, op, x._dtype)(out._storage, out._layout, ids._storage, ids._layout, ids.dtype,
+                                        src._storage, src_lay, dim)
+    return out
+
+
+def index_add(x: Tensor, ids: Tensor, src: Tensor, dim: int) -> Tensor:
+    _check_ids("index_add", ids)
+    check_tensor("index_add", src, "source")
+    same_device("index_add", x, ids, src)
+    if src.dtype is not x.dtype:
+        raise DTypeError(f"index_add: source dtype {src.dtype} differs from {x.dtype}")
+    dim = normalize_dim(dim, x.rank)
+    if ids.rank != 1:
+        raise ShapeError(f"index_add: indexes must be 1-d, got shape {ids.shape}")
+    expected = x.shape[:dim] + (ids.shape[0],) + x.shape[dim + 1 :]
+    if src.shape != expected:
+        raise ShapeError(f"index_add: source shape {src.shape} should be {expected}")
+    out = copy(x)
+    ids = contiguous(ids)
+    if src._layout.numel:
+        kernel(x._device, "index_add", x._dtype)(out._storage, out._layout, ids._storage, ids.dtype,
+                                                 src._storage, src._layout, dim)
+    return out
+
+
+def embedding(ids: Tensor, table: Tensor) -> Tensor:
+    """Rows of table (vocab, hidden) for every id: shape ids.shape + (hidden,)."""
+    check_tensor("embedding", table, "table")
+    if table.rank != 2:
+        raise ShapeError(f"embedding: the table must be 2-d (vocab, hidden), got {table.shape}")
+    _check_ids("embedding", ids)
+    rows = index_select(table, contiguous(ids.flatten_all()), 0)
+    return rows.reshape(ids.shape + (table.shape[1],))

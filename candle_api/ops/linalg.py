@@ -1,0 +1,43 @@
+"""Matrix products."""
+
+from __future__ import annotations
+
+from ..errors import ShapeError
+from ..layout import Layout
+from ..tensor import Tensor
+from .core import broadcast_shape, check_tensor, kernel, make, same_device, same_dtype
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """Batched matmul with PyTorch's rules: (..., m, k) @ (..., k, n) with batch
+    dims broadcast; a 1-d operand is a row (left) or column (right) vector that
+    is dropped from the result. Operands may have any strides."""
+    check_tensor("matmul", a, "left operand")
+    check_tensor("matmul", b, "right operand")
+    dtype = same_dtype("matmul", a, b)
+    dev = same_device("matmul", a, b)
+    if a.rank == 0 or b.rank == 0:
+        raise ShapeError(f"matmul: operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
+    la, lb = a._layout, b._layout
+    squeeze_m = la.rank == 1
+    squeeze_n = lb.rank == 1
+    if squeeze_m:
+        la = la.unsqueeze(0)
+    if squeeze_n:
+        lb = lb.unsqueeze(1)
+    m, k = la.shape[-2:]
+    k2, n = lb.shape[-2:]
+    if k != k2:
+        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} do not match: inner dims {k} and {k2} differ")
+    batch = broadcast_shape("matmul", la.shape[:-2], lb.shape[:-2])
+    la = la.broadcast_as(batch + (m, k))
+    lb = lb.broadcast_as(batch + (k, n))
+    lay = Layout.contig(batch + (m, n))
+    out = dev.backend.alloc(lay.numel * dtype.itemsize)
+    if lay.numel:
+        kernel(dev, "matmul", dtype)(out, a._storage, la, b._storage, lb)
+    result = make(out, lay, dtype, dev)
+    if squeeze_m or squeeze_n:
+        shape = batch + ((m,) if not squeeze_m else ()) + ((n,) if not squeeze_n else ())
+        result = result.reshape(shape)
+    return result

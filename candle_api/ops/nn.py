@@ -1,0 +1,157 @@
+"""Neural-network ops with fused kernels: softmax, log_softmax, layer_norm,
+rms_norm and rotary embeddings. A device without the fused kernel runs the
+decomposition into primitive ops instead, on the same device."""
+
+from __future__ import annotations
+
+from ..errors import ShapeError
+from ..layout import Layout, normalize_dim
+from ..tensor import Tensor
+from .core import check_tensor, has_kernel, kernel, make, require_float, same_device, same_dtype
+from .shape import cat, contiguous, stack
+
+
+def _row_op(op: str, x: Tensor, *args) -> Tensor:
+    """Runs a fused last-dim kernel: out contiguous with x's shape."""
+    dev = x._device
+    lay = Layout.contig(x._layout.shape)
+    out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
+    if lay.numel:
+        kernel(dev, op, x._dtype)(out, x._storage, x._layout, *args)
+    return make(out, lay, x._dtype, dev)
+
+
+def _on_last_dim(fn, x: Tensor, dim: int) -> Tensor:
+    """Applies a last-dim function along dim by viewing dim as the last one."""
+    dim = normalize_dim(dim, x.rank)
+    last = x.rank - 1
+    if dim == last:
+        return fn(x)
+    return fn(x.transpose(dim, last)).transpose(dim, last)
+
+
+def softmax_decomposed(x: Tensor, dim: int) -> Tensor:
+    e = (x - x.max_keepdim(dim)).exp()
+    return e / e.sum_keepdim(dim)
+
+
+def log_softmax_decomposed(x: Tensor, dim: int) -> Tensor:
+    shifted = x - x.max_keepdim(dim)
+    return shifted - shifted.exp().sum_keepdim(dim).log()
+
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    check_tensor("softmax", x)
+    require_float("softmax", x)
+    if x.rank == 0:
+        raise ShapeError("softmax needs at least one dim")
+    if not has_kernel(x._device, "softmax_last", x._dtype):
+        return softmax_decomposed(x, dim)
+    return _on_last_dim(lambda v: _row_op("softmax_last", v), x, dim)
+
+
+def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    check_tensor("log_softmax", x)
+    require_float("log_softmax", x)
+    if x.rank == 0:
+        raise ShapeError("log_softmax needs at least one dim")
+    if not has_kernel(x._device, "log_softmax_last", x._dtype):
+        return log_softmax_decomposed(x, dim)
+    return _on_last_dim(lambda v: _row_op("log_softmax_last", v), x, dim)
+
+
+def _norm_params(op: str, x: Tensor, weight: Tensor, bias):
+    """Checks weight/bias against x's trailing dims; returns x viewed with those dims
+    merged into one, and 1-d contiguous weight and bias."""
+    check_tensor(op, x)
+    check_tensor(op, weight, "weight")
+    require_float(op, x)
+    params = [weight] + ([bias] if bias is not None else [])
+    same_dtype(op, x, *params)
+    same_device(op, x, *params)
+    k = weight.rank
+    if k == 0 or x.shape[x.rank - k :] != weight.shape or (bias is not None and bias.shape != weight.shape):
+        raise ShapeError(
+            f"{op}: weight {weight.shape}{'' if bias is None else f' and bias {bias.shape}'} "
+            f"must match the trailing dims of the input {x.shape}"
+        )
+    if k > 1:
+        x = x.flatten_from(x.rank - k)
+        weight = weight.flatten_all()
+        bias = bias.flatten_all() if bias is not None else None
+    return x, contiguous(weight), contiguous(bias) if bias is not None else None
+
+
+def layer_norm(x: Tensor, weight: Tensor, bias=None, eps: float = 1e-5) -> Tensor:
+    """Normalizes over the trailing dims that weight covers: (x - mean) / sqrt(var + eps) * w + b."""
+    shape = x.shape
+    x2, w, b = _norm_params("layer_norm", x, weight, bias)
+    if not has_kernel(x2._device, "layer_norm", x2._dtype):
+        centered = x2 - x2.mean_keepdim(-1)
+        out = centered * (centered.sqr().mean_keepdim(-1) + eps).rsqrt() * w
+        out = out + b if b is not None else out
+    else:
+        out = _row_op("layer_norm", x2, w._storage, w._layout, b._storage if b is not None else None,
+                      b._layout if b is not None else None, float(eps))
+    return out.reshape(shape)
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
+    """x / sqrt(mean(x ** 2) + eps) * w over the trailing dims that weight covers."""
+    shape = x.shape
+    x2, w, _ = _norm_params("rms_norm", x, weight, None)
+    if not has_kernel(x2._device, "rms_norm", x2._dtype):
+        out = x2 * (x2.sqr().mean_keepdim(-1) + eps).rsqrt() * w
+    else:
+        out = _row_op("rms_norm", x2, w._storage, w._layout, float(eps))
+    return out.reshape(shape)
+
+
+def _rope_args(op: str, x: Tensor, cos: Tensor, sin: Tensor):
+    for t, name in ((x, "input"), (cos, "cos"), (sin, "sin")):
+        check_tensor(op, t, name)
+    require_float(op, x)
+    same_dtype(op, x, cos, sin)
+    same_device(op, x, cos, sin)
+    if x.rank != 4:
+        raise ShapeError(f"{op}: the input must be (batch, heads, seq, head_dim), got {x.shape}")
+    b, _, t, d = x.shape
+    if d % 2:
+        raise ShapeError(f"{op}: head_dim must be even, got {d}")
+    if cos.shape != sin.shape or cos.shape not in ((t, d // 2), (b, t, d // 2)):
+        raise ShapeError(f"{op}: cos/sin must be ({t}, {d // 2}) or ({b}, {t}, {d // 2}), got {cos.shape} and {sin.shape}")
+    return contiguous(cos), contiguous(sin)
+
+
+def _rope_decomposed(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    b, h, t, d = x.shape
+    if cos.rank == 3:
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    if interleaved:
+        pairs = x.reshape(b, h, t, d // 2, 2)
+        x1, x2 = pairs[..., 0], pairs[..., 1]
+        return stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).reshape(b, h, t, d)
+    x1, x2 = x.narrow(-1, 0, d // 2), x.narrow(-1, d // 2, d // 2)
+    return cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+def _rope(op: str, x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    cos, sin = _rope_args(op, x, cos, sin)
+    if not has_kernel(x._device, op, x._dtype):
+        return _rope_decomposed(x, cos, sin, interleaved)
+    return _row_op(op, x, cos._storage, cos._layout, sin._storage, sin._layout)
+
+
+def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding rotating the two halves of head_dim; x is (b, h, t, d)."""
+    return _rope("rope", x, cos, sin, False)
+
+
+def rope_i(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding rotating interleaved pairs (x[2i], x[2i+1]); x is (b, h, t, d)."""
+    return _rope("rope_i", x, cos, sin, True)
+
+
+def rope_thd(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """rope for x laid out (b, t, h, d)."""
+    return rope(x.transpose(1, 2), cos, sin).transpose(1, 2)

@@ -1,0 +1,106 @@
+"""Reductions over one, several or all dims: sum, prod, max, min, argmax,
+argmin (kernels), and mean, var, log_sum_exp (composed from them); cumsum."""
+
+from __future__ import annotations
+
+from ..dtype import f64, u32
+from ..errors import DTypeError, ShapeError
+from ..layout import Layout, normalize_dim
+from ..tensor import Tensor
+from .core import dims_arg, kernel, make, require_float
+from .elementwise import cast
+
+
+def _out_shape(shape: tuple, dims: tuple, keepdim: bool) -> tuple:
+    if keepdim:
+        return tuple(1 if i in dims else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in dims)
+
+
+def _run(op: str, x: Tensor, dims: tuple, keepdim: bool, out_dtype) -> Tensor:
+    shape = x._layout.shape
+    lay = Layout.contig(_out_shape(shape, dims, keepdim))
+    if op not in ("sum", "prod") and lay.numel and any(shape[d] == 0 for d in dims):
+        raise ShapeError(f"{op}: cannot reduce an empty dim (shape {shape}, dims {list(dims)})")
+    dev = x._device
+    out = dev.backend.alloc(lay.numel * out_dtype.itemsize)
+    if lay.numel:
+        kernel(dev, op, x._dtype)(out, x._storage, x._layout, dims)
+    return make(out, lay, out_dtype, dev)
+
+
+def reduce(op: str, x: Tensor, dim, keepdim: bool) -> Tensor:
+    """sum / prod / max / min over dim (int, list, or None for all); same dtype out."""
+    return _run(op, x, dims_arg(op, dim, x.rank), keepdim, x._dtype)
+
+
+def arg(op: str, x: Tensor, dim, keepdim: bool) -> Tensor:
+    """argmax / argmin: u32 index along dim, or into the flattened tensor when dim is None."""
+    if dim is not None and not isinstance(dim, int):
+        raise ShapeError(f"{op} takes a single dim, got {dim!r}")
+    return _run(op, x, dims_arg(op, dim, x.rank), keepdim, u32)
+
+
+def _count(x: Tensor, dims: tuple) -> int:
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    return n
+
+
+def mean(x: Tensor, dim, keepdim: bool) -> Tensor:
+    """The mean; integer tensors are averaged exactly and truncated, as in Candle."""
+    dims = dims_arg("mean", dim, x.rank)
+    n = _count(x, dims)
+    if x._dtype.is_int:
+        return cast(mean(cast(x, f64), dims, keepdim), x._dtype)
+    total = _run("sum", x, dims, keepdim, x._dtype)
+    return total.affine(1.0 / n if n else float("nan"), 0.0)
+
+
+def var(x: Tensor, dim, keepdim: bool, unbiased: bool = True) -> Tensor:
+    require_float("var", x)
+    dims = dims_arg("var", dim, x.rank)
+    n = _count(x, dims)
+    centered = x - mean(x, dims, True)
+    denom = n - 1 if unbiased else n
+    return _run("sum", centered * centered, dims, keepdim, x._dtype).affine(
+        1.0 / denom if denom > 0 else float("nan"), 0.0
+    )
+
+
+def log_sum_exp(x: Tensor, dim, keepdim: bool) -> Tensor:
+    """log(sum(exp(x))) over dim, shifting by the max so large values do not overflow."""
+    require_float("log_sum_exp", x)
+    dims = dims_arg("log_sum_exp", dim, x.rank)
+    m = _run("max", x, dims, True, x._dtype)
+    # Rows whose max is +-inf would give inf - inf = NaN: shift them by 0 instead.
+    finite = (m - m) == 0
+    m = finite.where_cond(m, 0.0)
+    s = _run("sum", (x - m).exp(), dims, True, x._dtype).log() + m
+    return s if keepdim else s.reshape(_out_shape(x.shape, dims, False))
+
+
+def cumsum(x: Tensor, dim: int) -> Tensor:
+    dim = normalize_dim(dim, x.rank) if x.rank else 0
+    if x.rank == 0:
+        return x.copy()
+    dev = x._device
+    lay = Layout.contig(x._layout.shape)
+    out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
+    if lay.numel:
+        kernel(dev, "cumsum", x._dtype)(out, x._storage, x._layout, dim)
+    return make(out, lay, x._dtype, dev)
+
+
+def equal(a: Tensor, b) -> bool:
+    """Same shape and every value equal (NaN is not equal to itself)."""
+    if not isinstance(b, Tensor):
+        raise TypeError(f"equal: expected a Tensor, got {type(b).__name__}")
+    if a.shape != b.shape:
+        return False
+    if a._dtype is not b._dtype:
+        raise DTypeError(f"equal: dtypes differ ({a._dtype}, {b._dtype})")
+    if a._layout.numel == 0:
+        return True
+    return bool((a == b).min_all().item())

@@ -1,0 +1,194 @@
+"""The plugin registry: finds plugins through entry points and answers, from
+cached tables, which backend serves a device and which kernel serves an op.
+
+Nothing here runs at ``import candle_api``. The entry points are read on the
+first device, kernel or format query; a plugin that fails to import is
+recorded (and shown by ``candle info``) instead of breaking the others. Kernel
+tables are built from the hooks once per device type and rebuilt only when a
+plugin registers or unregisters, so the per-op cost is a dict lookup.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Callable
+
+import pluggy
+
+from .dtype import get_dtype
+from .errors import PluginError
+from .hooks import HOOK_API_VERSION, BackendSpec, HookSpecs, KernelSet, OpDef
+
+ENTRY_POINT_GROUP = "candle_api"
+
+
+@dataclass
+class PluginRecord:
+    name: str
+    distribution: str = ""
+    version: str = ""
+    error: str = ""  # why it could not be loaded, if it could not
+
+
+@dataclass
+class KernelTable:
+    """The kernels of one device type, with who provides each."""
+
+    kernels: dict = field(default_factory=dict)    # (op, DType) -> kernel
+    providers: dict = field(default_factory=dict)  # (op, DType) -> (plugin name, priority)
+    conflicts: list = field(default_factory=list)  # ties between plugins, for `candle info`
+
+
+class OpRegistry:
+    """Custom op definitions, filled by the ``candle_api_custom_ops`` hook."""
+
+    def __init__(self) -> None:
+        self._ops: dict[str, OpDef] = {}
+
+    def define(self, op: OpDef) -> None:
+        if not isinstance(op, OpDef):
+            raise PluginError(f"define() takes an OpDef, got {type(op).__name__}")
+        self._ops[op.name] = op
+
+    def get(self, name: str) -> OpDef | None:
+        return self._ops.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._ops)
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._pm = pluggy.PluginManager("candle_api")
+        self._pm.add_hookspecs(HookSpecs)
+        self._lock = threading.RLock()
+        self._loaded = False
+        self._records: dict[str, PluginRecord] = {}
+        self._tables: dict[str, KernelTable] = {}
+        self._backends: dict[str, tuple[BackendSpec, str]] | None = None
+        self._listeners: list[Callable[[], None]] = []
+        self.ops = OpRegistry()
+
+    # ---- loading ---------------------------------------------------------------
+    def ensure_loaded(self) -> None:
+        if self._loaded:
+            return
+        with self._lock:
+            if self._loaded:
+                return
+            self._pm.hook.candle_api_custom_ops.call_historic(kwargs={"registry": self.ops})
+            for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+                self._load_entry_point(ep)
+            self._loaded = True
+
+    def _load_entry_point(self, ep) -> None:
+        dist = getattr(ep, "dist", None)
+        record = PluginRecord(ep.name, dist.name if dist else "", dist.version if dist else "")
+        self._records[ep.name] = record
+        if self._pm.has_plugin(ep.name):
+            return
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # a broken plugin must not break the others
+            record.error = f"import failed: {type(exc).__name__}: {exc}"
+            return
+        wanted = getattr(plugin, "CANDLE_API_HOOK_VERSION", 1)
+        if wanted > HOOK_API_VERSION:
+            record.error = (
+                f"needs hook API {wanted}, this candle-api implements {HOOK_API_VERSION}: upgrade candle-api"
+            )
+            return
+        try:
+            self._pm.register(plugin, name=ep.name)
+        except Exception as exc:
+            record.error = f"registration failed: {type(exc).__name__}: {exc}"
+
+    def register(self, plugin, name: str | None = None) -> str:
+        """Registers a plugin object at run time (tests, notebooks); kernel
+        tables are rebuilt and devices pick up the change."""
+        self.ensure_loaded()
+        with self._lock:
+            name = self._pm.register(plugin, name=name)
+            if name is None:
+                raise PluginError(f"plugin {plugin!r} is already registered")
+            self._records.setdefault(name, PluginRecord(name, "(registered at run time)"))
+            self._changed()
+        return name
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self._pm.unregister(name=name)
+            self._records.pop(name, None)
+            self._changed()
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        self._listeners.append(callback)
+
+    def _changed(self) -> None:
+        self._tables.clear()
+        self._backends = None
+        for callback in self._listeners:
+            callback()
+
+    # ---- queries -----------------------------------------------------------------
+    def records(self) -> list[PluginRecord]:
+        self.ensure_loaded()
+        return [self._records[k] for k in sorted(self._records)]
+
+    def _impls(self, hook_name: str):
+        """(plugin name, function) of every implementation of a hook."""
+        hook = getattr(self._pm.hook, hook_name)
+        return [(impl.plugin_name, impl.function) for impl in hook.get_hookimpls()]
+
+    def backends(self) -> dict[str, tuple[BackendSpec, str]]:
+        """device type -> (spec, plugin name), the highest priority winning."""
+        self.ensure_loaded()
+        if self._backends is not None:
+            return self._backends
+        with self._lock:
+            found: dict[str, tuple[BackendSpec, str]] = {}
+            for plugin, fn in self._impls("candle_api_backends"):
+                for spec in fn() or ():
+                    if not isinstance(spec, BackendSpec):
+                        raise PluginError(f"plugin {plugin!r} returned {spec!r} from candle_api_backends")
+                    if spec.api_version > HOOK_API_VERSION:
+                        self._records[plugin].error = f"backend {spec.name!r} needs hook API {spec.api_version}"
+                        continue
+                    if spec.name not in found or spec.priority > found[spec.name][0].priority:
+                        found[spec.name] = (spec, plugin)
+            self._backends = found
+            return found
+
+    def kernel_table(self, device_type: str) -> KernelTable:
+        self.ensure_loaded()
+        table = self._tables.get(device_type)
+        if table is not None:
+            return table
+        with self._lock:
+            table = KernelTable()
+            for plugin, fn in self._impls("candle_api_kernels"):
+                kset = fn(device_type=device_type)
+                if kset is None:
+                    continue
+                if not isinstance(kset, KernelSet):
+                    raise PluginError(f"plugin {plugin!r} returned {kset!r} from candle_api_kernels")
+                for (op, dtype), kernel in kset.kernels.items():
+                    key = (op, get_dtype(dtype))
+                    current = table.providers.get(key)
+                    if current is None or kset.priority > current[1]:
+                        table.kernels[key] = kernel
+                        table.providers[key] = (plugin, kset.priority)
+                    elif kset.priority == current[1]:
+                        table.conflicts.append(f"{op}/{dtype}: {current[0]} and {plugin} tie; {current[0]} kept")
+            self._tables[device_type] = table
+            return table
+
+
+_REGISTRY = Registry()
+
+
+def registry() -> Registry:
+    """The process-wide registry."""
+    return _REGISTRY

@@ -1,0 +1,653 @@
+"""The Tensor: a storage owned by a backend, a layout, a dtype and a device.
+
+Method names and semantics follow candle-pyo3 (the ``candle`` Python package)
+so its code runs after changing the import; PyTorch spellings are accepted
+where they do not conflict (where they do, Candle's meaning wins and the
+docstring says so). The work happens in ``candle_api.ops``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .dtype import get_dtype
+from .errors import ShapeError
+
+
+class _Strides(tuple):
+    """A tuple that can also be called: ``t.stride`` (candle-pyo3) and
+    ``t.stride()`` / ``t.stride(dim)`` (PyTorch) both work."""
+
+    def __call__(self, dim=None):
+        return self if dim is None else self[dim]
+
+
+class _Count(int):
+    """An int that can also be called: ``t.nelement`` and ``t.nelement()``."""
+
+    def __call__(self):
+        return int(self)
+
+
+def _shape_args(shape) -> tuple:
+    """``f(2, 3)``, ``f((2, 3))`` and ``f([2, 3])`` all mean shape (2, 3)."""
+    if len(shape) == 1 and not isinstance(shape[0], int) and hasattr(shape[0], "__iter__"):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+class Tensor:
+    """An n-dimensional array on a device.
+
+    ``Tensor(data)`` builds one from a Python scalar, nested lists or a numpy
+    array (copied; see :func:`candle_api.from_numpy` to share memory). Python
+    floats become f32; Python ints become u32 when they all fit, else i64, as in
+    candle-pyo3; numpy arrays keep their dtype.
+    """
+
+    __slots__ = ("_storage", "_layout", "_dtype", "_device", "_node", "__weakref__")
+
+    def __init__(self, data, dtype=None, device=None):
+        src = ops.creation.tensor(data, dtype=dtype, device=device)
+        self._storage, self._layout, self._dtype, self._device = src._storage, src._layout, src._dtype, src._device
+        self._node = None
+
+    # ---- metadata ----------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self._layout.shape
+
+    @property
+    def dims(self) -> tuple:
+        return self._layout.shape
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def rank(self) -> int:
+        return len(self._layout.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._layout.shape)
+
+    @property
+    def stride(self) -> _Strides:
+        """Strides in elements (a tuple you may also call, as in PyTorch)."""
+        return _Strides(self._layout.strides)
+
+    @property
+    def nelement(self) -> _Count:
+        """Number of elements (also callable, as in PyTorch)."""
+        return _Count(self._layout.numel)
+
+    def numel(self) -> int:
+        return self._layout.numel
+
+    def elem_count(self) -> int:
+        return self._layout.numel
+
+    def size(self, dim=None):
+        """The shape, or one dim of it (PyTorch)."""
+        return self._layout.shape if dim is None else self._layout.shape[dim]
+
+    def dim(self, dim=None):
+        """With no argument the rank (PyTorch); with one, that dim's size (Candle)."""
+        return len(self._layout.shape) if dim is None else self._layout.shape[dim]
+
+    def is_contiguous(self) -> bool:
+        return self._layout.contiguous
+
+    def is_fortran_contiguous(self) -> bool:
+        return self._layout.fortran_contiguous
+
+    @property
+    def layout(self):
+        return self._layout
+
+    def __len__(self) -> int:
+        if not self._layout.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._layout.shape[0]
+
+    def __hash__(self) -> int:  # identity, as in candle-pyo3; __eq__ is elementwise
+        return id(self)
+
+    # ---- host conversion ---------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """The values as a numpy array (a read-only view of cpu memory, a copy otherwise)."""
+        return self._device.backend.to_numpy(self._storage, self._layout, self._dtype)
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.numpy()
+        if dtype is not None:
+            arr = arr.astype(dtype)
+        elif copy:
+            arr = arr.copy()
+        return arr
+
+    def values(self):
+        """The values as a Python scalar (0-d) or nested lists; f16/bf16 become floats."""
+        arr = self.numpy()
+        if self._dtype.is_float and self._dtype.itemsize == 2:
+            arr = arr.astype(np.float32)
+        return arr.tolist()
+
+    tolist = values
+
+    def item(self):
+        if self._layout.numel != 1:
+            raise ShapeError(f"item() needs a tensor with one element, got shape {self.shape}")
+        return self.flatten_all().values()[0]
+
+    to_scalar = item
+
+    def to_vec(self):
+        return self.flatten_all().values()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if not self._dtype.is_int:
+            raise TypeError(f"only integer tensors can be used as an index, got {self._dtype}")
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        if self._layout.numel != 1:
+            raise ValueError(
+                f"the truth value of a tensor with {self._layout.numel} elements is ambiguous; "
+                "use .equal() or reduce it first"
+            )
+        return bool(self.item())
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        return dlpack.to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return dlpack.device_of(self)
+
+    def __repr__(self) -> str:
+        return ops.formatting.tensor_repr(self)
+
+    __str__ = __repr__
+
+    # ---- conversion ------------------------------------------------------------------
+    def to_dtype(self, dtype) -> "Tensor":
+        return ops.elementwise.cast(self, get_dtype(dtype))
+
+    def to_device(self, device) -> "Tensor":
+        return ops.creation.to_device(self, device)
+
+    def to(self, *args, **kwargs) -> "Tensor":
+        """``to(dtype)``, ``to(device)``, ``to(other_tensor)`` or keywords ``dtype=``, ``device=``."""
+        return ops.creation.to(self, *args, **kwargs)
+
+    def float(self):
+        return self.to_dtype("f32")
+
+    def double(self):
+        return self.to_dtype("f64")
+
+    def half(self):
+        return self.to_dtype("f16")
+
+    def bfloat16(self):
+        return self.to_dtype("bf16")
+
+    def long(self):
+        return self.to_dtype("i64")
+
+    def int(self):
+        return self.to_dtype("i32")
+
+    def contiguous(self) -> "Tensor":
+        """Itself when contiguous, else a contiguous copy."""
+        return ops.shape.contiguous(self)
+
+    def copy(self) -> "Tensor":
+        """A new tensor with its own storage."""
+        return ops.shape.copy(self)
+
+    clone = copy
+
+    def detach(self) -> "Tensor":
+        """The same data, cut from the autograd graph."""
+        return ops.core.view(self, self._layout)
+
+    # ---- views -------------------------------------------------------------------------
+    def reshape(self, *shape) -> "Tensor":
+        """A tensor of the given shape (one dim may be -1). A view when the
+        layout allows, else a copy, as in PyTorch."""
+        return ops.shape.reshape(self, _shape_args(shape))
+
+    view = reshape
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
+        return ops.shape.flatten(self, start_dim, end_dim)
+
+    def flatten_all(self) -> "Tensor":
+        return ops.shape.flatten(self, 0, -1)
+
+    def flatten_from(self, dim: int) -> "Tensor":
+        return ops.shape.flatten(self, dim, -1)
+
+    def flatten_to(self, dim: int) -> "Tensor":
+        return ops.shape.flatten(self, 0, dim)
+
+    def squeeze(self, dim=None) -> "Tensor":
+        """Removes dim if its size is 1 (all size-1 dims when dim is None)."""
+        return ops.shape.squeeze(self, dim)
+
+    def unsqueeze(self, dim: int) -> "Tensor":
+        return ops.shape.unsqueeze(self, dim)
+
+    def t(self) -> "Tensor":
+        """Swaps the last two dims."""
+        return ops.shape.t(self)
+
+    @property
+    def T(self) -> "Tensor":
+        """All dims reversed, as numpy's ``.T``."""
+        return ops.shape.permute(self, tuple(range(self.rank - 1, -1, -1)))
+
+    def transpose(self, dim0: int, dim1: int) -> "Tensor":
+        return ops.shape.transpose(self, dim0, dim1)
+
+    def permute(self, *dims) -> "Tensor":
+        return ops.shape.permute(self, _shape_args(dims))
+
+    def narrow(self, dim: int, start: int, length: int) -> "Tensor":
+        return ops.shape.narrow(self, dim, start, length)
+
+    def chunk(self, chunks: int, dim: int = 0) -> list:
+        return ops.shape.chunk(self, chunks, dim)
+
+    def split(self, split_size, dim: int = 0) -> list:
+        return ops.shape.split(self, split_size, dim)
+
+    def broadcast_as(self, *shape) -> "Tensor":
+        return ops.shape.broadcast_as(self, _shape_args(shape))
+
+    def broadcast_left(self, *shape) -> "Tensor":
+        """Adds the given dims on the left: shape becomes ``shape + self.shape``."""
+        return ops.shape.broadcast_as(self, _shape_args(shape) + self.shape)
+
+    def expand(self, *shape) -> "Tensor":
+        """broadcast_as where -1 keeps a dim, as in PyTorch."""
+        return ops.shape.expand(self, _shape_args(shape))
+
+    def get(self, index: int) -> "Tensor":
+        """The sub-tensor at ``index`` of dim 0."""
+        return self[index]
+
+    def get_on_dim(self, dim: int, index: int) -> "Tensor":
+        return ops.shape.select(self, dim, index)
+
+    def __getitem__(self, index) -> "Tensor":
+        return _getitem(self, index)
+
+    def pad_with_zeros(self, dim: int, left: int, right: int) -> "Tensor":
+        return ops.shape.pad_with_zeros(self, dim, left, right)
+
+    def repeat(self, *repeats) -> "Tensor":
+        """Tiles the tensor: ``repeat(2, 3)`` doubles dim -2 and triples dim -1."""
+        return ops.shape.repeat(self, _shape_args(repeats))
+
+    def flip(self, dims) -> "Tensor":
+        return ops.shape.flip(self, dims)
+
+    def equal(self, other) -> bool:
+        """True when shapes and all values are equal (Candle/PyTorch ``equal``)."""
+        return ops.reduce.equal(self, other)
+
+    # ---- elementwise -------------------------------------------------------------------
+    def affine(self, mul: float, add: float) -> "Tensor":
+        """``self * mul + add``."""
+        return ops.elementwise.param("affine", self, mul, add)
+
+    def powf(self, exponent: float) -> "Tensor":
+        return ops.elementwise.param("powf", self, exponent, 0.0)
+
+    def elu(self, alpha: float = 1.0) -> "Tensor":
+        return ops.elementwise.param("elu", self, alpha, 0.0)
+
+    def clamp(self, min=None, max=None) -> "Tensor":
+        """Limits values to [min, max]; bounds are scalars or tensors (broadcast)."""
+        return ops.elementwise.clamp(self, min, max)
+
+    clip = clamp
+
+    def maximum(self, other) -> "Tensor":
+        return ops.elementwise.binary_any("maximum", self, other)
+
+    def minimum(self, other) -> "Tensor":
+        return ops.elementwise.binary_any("minimum", self, other)
+
+    def pow(self, other) -> "Tensor":
+        """Elementwise power (tensor or scalar exponent)."""
+        return ops.elementwise.binary_any("pow", self, other)
+
+    def add(self, other) -> "Tensor":
+        return ops.elementwise.binary_any("add", self, other)
+
+    def sub(self, other) -> "Tensor":
+        return ops.elementwise.binary_any("sub", self, other)
+
+    def mul(self, other) -> "Tensor":
+        return ops.elementwise.binary_any("mul", self, other)
+
+    def div(self, other) -> "Tensor":
+        return ops.elementwise.binary_any("div", self, other)
+
+    def broadcast_add(self, rhs) -> "Tensor":
+        return ops.elementwise.binary("add", self, rhs)
+
+    def broadcast_sub(self, rhs) -> "Tensor":
+        return ops.elementwise.binary("sub", self, rhs)
+
+    def broadcast_mul(self, rhs) -> "Tensor":
+        return ops.elementwise.binary("mul", self, rhs)
+
+    def broadcast_div(self, rhs) -> "Tensor":
+        return ops.elementwise.binary("div", self, rhs)
+
+    def broadcast_maximum(self, rhs) -> "Tensor":
+        return ops.elementwise.binary("maximum", self, rhs)
+
+    def broadcast_minimum(self, rhs) -> "Tensor":
+        return ops.elementwise.binary("minimum", self, rhs)
+
+    def broadcast_pow(self, rhs) -> "Tensor":
+        return ops.elementwise.binary("pow", self, rhs)
+
+    def __add__(self, other):
+        if other.__class__ is Tensor:
+            return _ew.binary("add", self, other)
+        return _ew.binary_any("add", self, other)
+
+    def __radd__(self, other):
+        return ops.elementwise.binary_any("add", self, other)
+
+    def __sub__(self, other):
+        if other.__class__ is Tensor:
+            return _ew.binary("sub", self, other)
+        return _ew.binary_any("sub", self, other)
+
+    def __rsub__(self, other):
+        return ops.elementwise.binary_any("sub", self, other, reflected=True)
+
+    def __mul__(self, other):
+        if other.__class__ is Tensor:
+            return _ew.binary("mul", self, other)
+        return _ew.binary_any("mul", self, other)
+
+    def __rmul__(self, other):
+        return ops.elementwise.binary_any("mul", self, other)
+
+    def __truediv__(self, other):
+        """Division keeping the dtype; integer division truncates, as in Candle."""
+        if other.__class__ is Tensor:
+            return _ew.binary("div", self, other)
+        return _ew.binary_any("div", self, other)
+
+    def __rtruediv__(self, other):
+        return ops.elementwise.binary_any("div", self, other, reflected=True)
+
+    def __mod__(self, other):
+        """Remainder with the sign of the divisor (Python's and PyTorch's)."""
+        return ops.elementwise.binary_any("rem", self, other)
+
+    def __pow__(self, other):
+        return ops.elementwise.binary_any("pow", self, other)
+
+    def __rpow__(self, other):
+        return ops.elementwise.binary_any("pow", self, other, reflected=True)
+
+    def __neg__(self):
+        return ops.elementwise.unary("neg", self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return ops.elementwise.unary("abs", self)
+
+    def __matmul__(self, other):
+        return ops.linalg.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return ops.linalg.matmul(other, self)
+
+    # comparisons return u8 tensors, as in Candle
+    def __eq__(self, other):
+        return ops.elementwise.compare("eq", self, other)
+
+    def __ne__(self, other):
+        return ops.elementwise.compare("ne", self, other)
+
+    def __lt__(self, other):
+        return ops.elementwise.compare("lt", self, other)
+
+    def __le__(self, other):
+        return ops.elementwise.compare("le", self, other)
+
+    def __gt__(self, other):
+        return ops.elementwise.compare("gt", self, other)
+
+    def __ge__(self, other):
+        return ops.elementwise.compare("ge", self, other)
+
+    def eq(self, other):
+        return ops.elementwise.compare("eq", self, other)
+
+    def ne(self, other):
+        return ops.elementwise.compare("ne", self, other)
+
+    def lt(self, other):
+        return ops.elementwise.compare("lt", self, other)
+
+    def le(self, other):
+        return ops.elementwise.compare("le", self, other)
+
+    def gt(self, other):
+        return ops.elementwise.compare("gt", self, other)
+
+    def ge(self, other):
+        return ops.elementwise.compare("ge", self, other)
+
+    broadcast_eq, broadcast_ne, broadcast_lt = eq, ne, lt
+    broadcast_le, broadcast_gt, broadcast_ge = le, gt, ge
+
+    def where_cond(self, on_true, on_false) -> "Tensor":
+        """``on_true`` where self is nonzero, else ``on_false`` (broadcasting)."""
+        return ops.elementwise.where(self, on_true, on_false)
+
+    # ---- reductions ---------------------------------------------------------------------
+    def sum(self, dim=None, keepdim: bool = False) -> "Tensor":
+        """Sum over ``dim`` (an int, a list of ints, or None for all dims)."""
+        return ops.reduce.reduce("sum", self, dim, keepdim)
+
+    def sum_keepdim(self, dim) -> "Tensor":
+        return ops.reduce.reduce("sum", self, dim, True)
+
+    def sum_all(self) -> "Tensor":
+        return ops.reduce.reduce("sum", self, None, False)
+
+    def prod(self, dim=None, keepdim: bool = False) -> "Tensor":
+        return ops.reduce.reduce("prod", self, dim, keepdim)
+
+    def mean(self, dim=None, keepdim: bool = False) -> "Tensor":
+        return ops.reduce.mean(self, dim, keepdim)
+
+    def mean_keepdim(self, dim) -> "Tensor":
+        return ops.reduce.mean(self, dim, True)
+
+    def mean_all(self) -> "Tensor":
+        return ops.reduce.mean(self, None, False)
+
+    def max(self, dim=None, keepdim: bool = False) -> "Tensor":
+        """The maximum over ``dim`` (all dims when None). Returns values only, as
+        Candle does; use argmax for the indices."""
+        return ops.reduce.reduce("max", self, dim, keepdim)
+
+    def max_keepdim(self, dim) -> "Tensor":
+        return ops.reduce.reduce("max", self, dim, True)
+
+    def max_all(self) -> "Tensor":
+        return ops.reduce.reduce("max", self, None, False)
+
+    def min(self, dim=None, keepdim: bool = False) -> "Tensor":
+        """The minimum over ``dim`` (all dims when None); values only, as in Candle."""
+        return ops.reduce.reduce("min", self, dim, keepdim)
+
+    def min_keepdim(self, dim) -> "Tensor":
+        return ops.reduce.reduce("min", self, dim, True)
+
+    def min_all(self) -> "Tensor":
+        return ops.reduce.reduce("min", self, None, False)
+
+    def argmax(self, dim=None, keepdim: bool = False) -> "Tensor":
+        """u32 index of the first maximum along ``dim`` (of the flattened tensor when None)."""
+        return ops.reduce.arg("argmax", self, dim, keepdim)
+
+    def argmax_keepdim(self, dim) -> "Tensor":
+        return ops.reduce.arg("argmax", self, dim, True)
+
+    def argmin(self, dim=None, keepdim: bool = False) -> "Tensor":
+        return ops.reduce.arg("argmin", self, dim, keepdim)
+
+    def argmin_keepdim(self, dim) -> "Tensor":
+        return ops.reduce.arg("argmin", self, dim, True)
+
+    def var(self, dim=None, keepdim: bool = False, unbiased: bool = True) -> "Tensor":
+        """Variance over ``dim``, unbiased (n - 1) by default as in Candle and PyTorch."""
+        return ops.reduce.var(self, dim, keepdim, unbiased)
+
+    def var_keepdim(self, dim) -> "Tensor":
+        return ops.reduce.var(self, dim, True, True)
+
+    def std(self, dim=None, keepdim: bool = False, unbiased: bool = True) -> "Tensor":
+        return ops.reduce.var(self, dim, keepdim, unbiased).sqrt()
+
+    def log_sum_exp(self, dim) -> "Tensor":
+        """``log(sum(exp(x)))`` over ``dim``, computed stably."""
+        return ops.reduce.log_sum_exp(self, dim, False)
+
+    def logsumexp(self, dim, keepdim: bool = False) -> "Tensor":
+        return ops.reduce.log_sum_exp(self, dim, keepdim)
+
+    def cumsum(self, dim: int) -> "Tensor":
+        return ops.reduce.cumsum(self, dim)
+
+    def norm(self) -> "Tensor":
+        """The L2 norm of all elements."""
+        return self.sqr().sum_all().sqrt()
+
+    # ---- linear algebra and indexing --------------------------------------------------
+    def matmul(self, rhs) -> "Tensor":
+        """Batched matrix product with broadcast batch dims; any strides work."""
+        return ops.linalg.matmul(self, rhs)
+
+    broadcast_matmul = matmul
+
+    def mv(self, vec) -> "Tensor":
+        return ops.linalg.matmul(self, vec.unsqueeze(-1)).squeeze(-1)
+
+    def index_select(self, indexes, dim: int) -> "Tensor":
+        return ops.indexing.index_select(self, indexes, dim)
+
+    def gather(self, indexes, dim: int) -> "Tensor":
+        return ops.indexing.gather(self, indexes, dim)
+
+    def scatter(self, indexes, source, dim: int) -> "Tensor":
+        """A copy of self with ``source`` written at ``indexes`` along ``dim``."""
+        return ops.indexing.scatter(self, indexes, source, dim, accumulate=False)
+
+    def scatter_add(self, indexes, source, dim: int) -> "Tensor":
+        """A copy of self with ``source`` added at ``indexes`` along ``dim``."""
+        return ops.indexing.scatter(self, indexes, source, dim, accumulate=True)
+
+    def index_add(self, indexes, source, dim: int) -> "Tensor":
+        """A copy of self with slices of ``source`` added at ``indexes`` of ``dim``."""
+        return ops.indexing.index_add(self, indexes, source, dim)
+
+    def embedding(self, ids) -> "Tensor":
+        """Rows of this (vocab, hidden) table for the ids: shape ids.shape + (hidden,)."""
+        return ops.indexing.embedding(ids, self)
+
+    # ---- nn ------------------------------------------------------------------------
+    def softmax(self, dim: int = -1) -> "Tensor":
+        return ops.nn.softmax(self, dim)
+
+    def log_softmax(self, dim: int = -1) -> "Tensor":
+        return ops.nn.log_softmax(self, dim)
+
+    def conv1d(self, kernel, padding=0, stride=1, dilation=1, groups=1) -> "Tensor":
+        return ops.conv.conv1d(self, kernel, padding, stride, dilation, groups)
+
+    def conv2d(self, kernel, padding=0, stride=1, dilation=1, groups=1) -> "Tensor":
+        return ops.conv.conv2d(self, kernel, padding, stride, dilation, groups)
+
+    def conv_transpose1d(self, kernel, padding=0, output_padding=0, stride=1, dilation=1, groups=1) -> "Tensor":
+        return ops.conv.conv_transpose1d(self, kernel, padding, output_padding, stride, dilation, groups)
+
+    def conv_transpose2d(self, kernel, padding=0, output_padding=0, stride=1, dilation=1, groups=1) -> "Tensor":
+        return ops.conv.conv_transpose2d(self, kernel, padding, output_padding, stride, dilation, groups)
+
+    def avg_pool2d(self, kernel_size, stride=None) -> "Tensor":
+        return ops.conv.avg_pool2d(self, kernel_size, stride)
+
+    def max_pool2d(self, kernel_size, stride=None) -> "Tensor":
+        return ops.conv.max_pool2d(self, kernel_size, stride)
+
+    def upsample_nearest2d(self, target_h: int, target_w: int) -> "Tensor":
+        return ops.conv.upsample2d(self, target_h, target_w, "nearest")
+
+    def upsample_bilinear2d(self, target_h: int, target_w: int, align_corners: bool = False) -> "Tensor":
+        return ops.conv.upsample2d(self, target_h, target_w, "bilinear", align_corners)
+
+
+def _unary_method(op: str, doc: str):
+    def method(self):
+        return _ew.unary(op, self)
+
+    method.__name__ = method.__qualname__ = op
+    method.__doc__ = doc
+    return method
+
+
+UNARY_DOCS = {
+    "abs": "Absolute value.", "neg": "Negation.", "sqr": "Square.", "sign": "-1, 0 or 1 (NaN stays NaN).",
+    "relu": "max(x, 0).", "ceil": "Round up.", "floor": "Round down.",
+    "round": "Round half to even, as numpy and PyTorch.", "trunc": "Round toward zero.",
+    "recip": "1 / x.", "sqrt": "Square root.", "rsqrt": "1 / sqrt(x).", "exp": "e ** x.",
+    "expm1": "e ** x - 1.", "log": "Natural logarithm.", "log1p": "log(1 + x).", "sin": "Sine.",
+    "cos": "Cosine.", "tan": "Tangent.", "asin": "Arcsine.", "acos": "Arccosine.", "atan": "Arctangent.",
+    "sinh": "Hyperbolic sine.", "cosh": "Hyperbolic cosine.", "tanh": "Hyperbolic tangent.",
+    "asinh": "Inverse hyperbolic sine.", "acosh": "Inverse hyperbolic cosine.",
+    "atanh": "Inverse hyperbolic tangent.", "erf": "Error function.",
+    "gelu": "GELU, tanh approximation (Candle's gelu).", "gelu_erf": "GELU with the exact erf.",
+    "silu": "x * sigmoid(x).", "sigmoid": "1 / (1 + exp(-x)).", "softplus": "log(1 + exp(x)).",
+}
+for _op, _doc in UNARY_DOCS.items():
+    setattr(Tensor, _op, _unary_method(_op, _doc))
+del _op, _doc
+
+# The op modules construct Tensors, so they are imported once the class exists.
+from . import dlpack, ops  # noqa: E402
+from .ops import elementwise as _ew  # noqa: E402  (the hottest paths skip an attribute lookup)
+from .ops.indexing import getitem as _getitem  # noqa: E402

@@ -1,0 +1,61 @@
+"""Utilities with candle-pyo3's names (``candle.utils``)."""
+
+from __future__ import annotations
+
+from .device import get_device
+from .errors import CandleError
+from .registry import registry
+
+
+def _available(device_type: str) -> bool:
+    entry = registry().backends().get(device_type)
+    if entry is None:
+        return False
+    try:
+        return bool(entry[0].availability()[0])
+    except Exception:
+        return False
+
+
+def cuda_is_available() -> bool:
+    """True when a cuda backend plugin is installed and sees a GPU."""
+    return _available("cuda")
+
+
+def metal_is_available() -> bool:
+    return _available("metal")
+
+
+def device_count(device_type: str = "cuda") -> int:
+    entry = registry().backends().get(device_type)
+    return entry[0].device_count() if entry is not None and _available(device_type) else 0
+
+
+def has_mkl() -> bool:
+    """True when the MKL kernel plugin is installed and loaded."""
+    return any(r.name == "mkl" and not r.error for r in registry().records())
+
+
+def has_accelerate() -> bool:
+    """Apple Accelerate is not a candle-api plugin; always False."""
+    return False
+
+
+def _cpu_backend():
+    try:
+        return get_device("cpu").backend
+    except CandleError:
+        return None
+
+
+def get_num_threads() -> int:
+    """Threads the cpu backend uses (CANDLE_NUM_THREADS, default: the cores)."""
+    backend = _cpu_backend()
+    return backend.get_num_threads() if backend is not None else 1
+
+
+def set_num_threads(n: int) -> None:
+    backend = _cpu_backend()
+    if backend is None:
+        raise CandleError("no cpu backend is installed")
+    backend.set_num_threads(int(n))
