@@ -1,0 +1,43 @@
+"""The entry point module: hook implementations only, and cheap to import."""
+
+from candle_api.hooks import BackendSpec, KernelSet, hookimpl
+
+
+def _availability() -> tuple[bool, str]:
+    from . import library
+
+    try:
+        library.load()
+    except Exception as exc:
+        return False, str(exc)
+    return True, ""
+
+
+def _open(index: int):
+    from .device import CpuDevice
+
+    return CpuDevice()
+
+
+@hookimpl
+def candle_api_backends():
+    from . import library
+
+    return [
+        BackendSpec(
+            name="cpu",
+            open=_open,
+            availability=_availability,
+            device_count=lambda: 1,
+            description=f"C kernels ({library.describe()})",
+        )
+    ]
+
+
+@hookimpl
+def candle_api_kernels(device_type: str):
+    if device_type != "cpu":
+        return None
+    from .kernels import build_kernels
+
+    return KernelSet(build_kernels(), priority=0)
