@@ -411,6 +411,14 @@ class Tensor:
         """Remainder with the sign of the divisor (Python's and PyTorch's)."""
         return ops.elementwise.binary_any("rem", self, other)
 
+    def remainder(self, other) -> "Tensor":
+        """Remainder with the sign of the divisor (``%``)."""
+        return ops.elementwise.binary_any("rem", self, other)
+
+    def fmod(self, other) -> "Tensor":
+        """Remainder with the sign of the dividend (C's fmod)."""
+        return ops.elementwise.binary_any("fmod", self, other)
+
     def __pow__(self, other):
         return ops.elementwise.binary_any("pow", self, other)
 

@@ -1,2 +1,39 @@
-"""pytest plugin (entry point ``pytest11``): the ``--candle-device`` option and the
-``candle_device`` fixture, parametrized over every available device."""
+"""pytest plugin (entry point ``pytest11``) for the conformance suite.
+
+Adds ``--candle-device`` (repeatable) and the ``candle_device`` fixture, which
+runs a test once per device: the devices named on the command line, or every
+available device. Loaded in every pytest session of an environment with
+candle-api installed, so it stays cheap: nothing is resolved until a test asks
+for ``candle_device``.
+"""
+
+from __future__ import annotations
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("candle_api", "candle-api conformance")
+    group.addoption(
+        "--candle-device",
+        action="append",
+        default=[],
+        metavar="DEVICE",
+        help="run the candle-api conformance tests on DEVICE (e.g. cpu, cuda:0); repeatable; "
+        "default: every available device",
+    )
+
+
+def available_devices() -> list[str]:
+    from candle_api.registry import registry
+
+    out = []
+    for dev_type, (spec, _plugin) in sorted(registry().backends().items()):
+        ok, _reason = spec.availability()
+        if ok:
+            out.append(dev_type if dev_type == "cpu" else f"{dev_type}:0")
+    return out
+
+
+def pytest_generate_tests(metafunc):
+    if "candle_device" in metafunc.fixturenames:
+        devices = metafunc.config.getoption("candle_device") or available_devices()
+        metafunc.parametrize("candle_device", devices, scope="session")

@@ -109,9 +109,12 @@ class CpuDevice:
     def to_numpy(self, storage: CpuStorage, layout: Layout, dtype) -> np.ndarray:
         """A read-only numpy view of the storage (the storage stays alive with it)."""
         isz = dtype.itemsize
-        buf = (ctypes.c_char * storage.nbytes).from_address(storage.ptr) if storage.nbytes else bytearray(0)
-        if storage.nbytes:
-            buf._keep = storage
+        if layout.numel == 0:  # no data to view, whatever the offset
+            arr = np.empty(layout.shape, dtype.np)
+            arr.flags.writeable = False
+            return arr
+        buf = (ctypes.c_char * storage.nbytes).from_address(storage.ptr)
+        buf._keep = storage
         arr = np.ndarray(layout.shape, dtype.np, buf, layout.offset * isz, tuple(s * isz for s in layout.strides))
         arr.flags.writeable = False
         return arr

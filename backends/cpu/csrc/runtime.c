@@ -265,6 +265,10 @@ int cd_iter_init(cd_iter *it, const int64_t *lay, int nops, int with_contig_out)
 
 void cd_iter_seek(const cd_iter *it, cd_pos *pos, int64_t start) {
     for (int o = 0; o < it->nops; o++) pos->off[o] = 0;
+    if (it->numel == 0) { /* nothing to visit, and no dim to divide by */
+        for (int d = 0; d < it->ndim; d++) pos->idx[d] = 0;
+        return;
+    }
     for (int d = it->ndim - 1; d >= 0; d--) {
         int64_t i = start % it->shape[d];
         start /= it->shape[d];

@@ -101,7 +101,9 @@ static void run_chunks(job_t *job) {
 
 static void *worker_main(void *arg) {
     worker_t *w = arg;
-    unsigned long long seen = atomic_load(&w->go);
+    /* go was 0 when the thread was created; the first job may already be
+     * posted by the time this runs, so never read the start value from go. */
+    unsigned long long seen = 0;
     inside_task = 1;
     for (;;) {
         unsigned long long g;

@@ -1,0 +1,1 @@
+"""The conformance suite: ``pytest --pyargs candle_api.testing.conformance [--candle-device DEV]``."""
