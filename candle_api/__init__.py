@@ -24,16 +24,28 @@ from .ops.creation import (  # noqa: E402
     arange, empty, empty_like, eye, from_numpy, full, full_like, manual_seed, ones, ones_like, rand,
     rand_like, randn, randn_like, tensor, zeros, zeros_like,
 )
+from .ops.custom import custom_op  # noqa: E402
 from .ops.elementwise import where  # noqa: E402
+from .registry import registry  # noqa: E402
 from .ops.linalg import matmul  # noqa: E402
 from .ops.shape import cat, stack  # noqa: E402
 
 concat = concatenate = cat
 
+
+def register_plugin(plugin, name: str | None = None) -> str:
+    """Registers a plugin object at run time (entry points are the usual way);
+    kernel tables are rebuilt and existing devices see the change."""
+    return registry().register(plugin, name)
+
+
+def unregister_plugin(name: str) -> None:
+    registry().unregister(name)
+
 __all__ = [
     "Tensor", "DType", "Device", "get_device", "get_dtype", "tensor", "zeros", "ones", "full", "empty",
     "arange", "eye", "rand", "randn", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
-    "randn_like", "from_numpy", "from_dlpack", "manual_seed", "cat", "concat", "stack", "where", "matmul",
+    "randn_like", "from_numpy", "from_dlpack", "manual_seed", "custom_op", "register_plugin", "unregister_plugin", "cat", "concat", "stack", "where", "matmul",
     "u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "functional", "utils", "plugins",
     "CandleError", "ShapeError", "DTypeError", "DeviceError", "BackendUnavailableError", "UnsupportedOpError",
     "IndexOutOfRangeError", "KernelError", "PluginError", "FormatError",

@@ -39,6 +39,8 @@ class BackendSpec:
     docs/backend-contract.md) and may raise BackendUnavailableError;
     ``availability()`` returns ``(True, "")`` or ``(False, reason)`` and is what
     ``candle info`` shows; neither may be slow on a machine without the device.
+    ``details()``, asked only of available backends, describes the running
+    backend (instruction set, threads, GPU model...).
     """
 
     name: str
@@ -47,6 +49,7 @@ class BackendSpec:
     device_count: Callable[[], int] = lambda: 1
     priority: int = 0
     description: str = ""
+    details: Callable[[], str] = lambda: ""
     api_version: int = HOOK_API_VERSION
 
 

@@ -16,6 +16,7 @@ class BackendInfo:
     reason: str
     device_count: int
     description: str
+    details: str = ""
 
 
 @dataclass
@@ -40,9 +41,10 @@ def plugins() -> list[PluginInfo]:
         try:
             ok, reason = spec.availability()
             count = spec.device_count() if ok else 0
+            details = spec.details() if ok else ""
         except Exception as exc:  # availability must never take `candle info` down
-            ok, reason, count = False, f"{type(exc).__name__}: {exc}", 0
-        out[plugin].backends.append(BackendInfo(dev_type, plugin, ok, reason, count, spec.description))
+            ok, reason, count, details = False, f"{type(exc).__name__}: {exc}", 0, ""
+        out[plugin].backends.append(BackendInfo(dev_type, plugin, ok, reason, count, spec.description, details))
     return list(out.values())
 
 
@@ -68,7 +70,8 @@ def describe(show_ops: bool = True) -> str:
         lines.append(f"  {p.name}: {dist}" + (f"  [NOT LOADED: {p.error}]" if p.error else ""))
         for b in p.backends:
             state = f"available ({b.device_count} device(s))" if b.available else f"unavailable: {b.reason}"
-            lines.append(f"    device {b.device_type}: {state}" + (f" - {b.description}" if b.description else ""))
+            about = "; ".join(x for x in (b.description, b.details) if x)
+            lines.append(f"    device {b.device_type}: {state}" + (f" - {about}" if about else ""))
     if show_ops:
         for p in infos:
             for b in p.backends:

@@ -107,14 +107,19 @@ class Registry:
 
     def register(self, plugin, name: str | None = None) -> str:
         """Registers a plugin object at run time (tests, notebooks); kernel
-        tables are rebuilt and devices pick up the change."""
+        tables are rebuilt and devices pick up the change. A plugin whose hooks
+        answer malformed results is refused and unregistered again."""
         self.ensure_loaded()
         with self._lock:
             name = self._pm.register(plugin, name=name)
             if name is None:
                 raise PluginError(f"plugin {plugin!r} is already registered")
-            self._records.setdefault(name, PluginRecord(name, "(registered at run time)"))
+            record = self._records.setdefault(name, PluginRecord(name, "(registered at run time)"))
             self._changed()
+            if record.error:
+                error = record.error
+                self.unregister(name)
+                raise PluginError(f"plugin {name!r} refused: {error}")
         return name
 
     def unregister(self, name: str) -> None:
@@ -137,6 +142,20 @@ class Registry:
         self.ensure_loaded()
         return [self._records[k] for k in sorted(self._records)]
 
+    def _call(self, plugin: str, fn, **kwargs):
+        """Calls one hook implementation; a plugin that raises is recorded and
+        skipped rather than taking every device down with it."""
+        try:
+            return fn(**kwargs)
+        except Exception as exc:
+            self._records.setdefault(plugin, PluginRecord(plugin)).error = (
+                f"{fn.__name__} raised {type(exc).__name__}: {exc}")
+            return None
+
+    def _bad_result(self, plugin: str, hook: str, value) -> None:
+        self._records.setdefault(plugin, PluginRecord(plugin)).error = (
+            f"{hook} returned {type(value).__name__} {value!r:.60}, not the documented type")
+
     def _impls(self, hook_name: str):
         """(plugin name, function) of every implementation of a hook."""
         hook = getattr(self._pm.hook, hook_name)
@@ -150,9 +169,10 @@ class Registry:
         with self._lock:
             found: dict[str, tuple[BackendSpec, str]] = {}
             for plugin, fn in self._impls("candle_api_backends"):
-                for spec in fn() or ():
+                for spec in self._call(plugin, fn) or ():
                     if not isinstance(spec, BackendSpec):
-                        raise PluginError(f"plugin {plugin!r} returned {spec!r} from candle_api_backends")
+                        self._bad_result(plugin, "candle_api_backends", spec)
+                        continue
                     if spec.api_version > HOOK_API_VERSION:
                         self._records[plugin].error = f"backend {spec.name!r} needs hook API {spec.api_version}"
                         continue
@@ -169,11 +189,12 @@ class Registry:
         with self._lock:
             table = KernelTable()
             for plugin, fn in self._impls("candle_api_kernels"):
-                kset = fn(device_type=device_type)
+                kset = self._call(plugin, fn, device_type=device_type)
                 if kset is None:
                     continue
                 if not isinstance(kset, KernelSet):
-                    raise PluginError(f"plugin {plugin!r} returned {kset!r} from candle_api_kernels")
+                    self._bad_result(plugin, "candle_api_kernels", kset)
+                    continue
                 for (op, dtype), kernel in kset.kernels.items():
                     key = (op, get_dtype(dtype))
                     current = table.providers.get(key)

@@ -129,7 +129,7 @@ def describe() -> str:
         lib = load()
     except BackendUnavailableError:
         return "library not loaded"
-    return f"{lib.cd_isa().decode()}, {lib.cd_get_num_threads()} threads"
+    return f"cpu features: {lib.cd_isa().decode()}, {lib.cd_get_num_threads()} threads"
 
 
 def error() -> Exception:

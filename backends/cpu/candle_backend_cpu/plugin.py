@@ -19,17 +19,22 @@ def _open(index: int):
     return CpuDevice()
 
 
-@hookimpl
-def candle_api_backends():
+def _details() -> str:
     from . import library
 
+    return library.describe()
+
+
+@hookimpl
+def candle_api_backends():
     return [
         BackendSpec(
             name="cpu",
             open=_open,
             availability=_availability,
             device_count=lambda: 1,
-            description=f"C kernels ({library.describe()})",
+            description="C kernels (libcandle_cpu)",
+            details=_details,
         )
     ]
 

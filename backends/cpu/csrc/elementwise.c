@@ -23,7 +23,7 @@ typedef int (*loop_binary)(int64_t n, const void *a, const void *b, void *out);
 #define UF_abs(T, S, x) fabs##S(x)
 #define UF_neg(T, S, x) (-(x))
 #define UF_sqr(T, S, x) ((x) * (x))
-#define UF_sign(T, S, x) ((x) > 0 ? (T)1 : (x) < 0 ? (T)-1 : (x))
+#define UF_sign(T, S, x) ((x) > 0 ? (T)1 : (x) < 0 ? (T)-1 : (x) == 0 ? (T)0 : (x)) /* NaN stays NaN */
 #define UF_relu(T, S, x) ((x) <= 0 ? (T)0 : (x))
 #define UF_ceil(T, S, x) ceil##S(x)
 #define UF_floor(T, S, x) floor##S(x)
