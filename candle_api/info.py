@@ -26,6 +26,7 @@ class PluginInfo:
     version: str
     error: str
     backends: list = field(default_factory=list)
+    serves: dict = field(default_factory=dict)  # device type -> sorted op names it provides kernels for
 
     @property
     def loaded(self) -> bool:
@@ -34,7 +35,8 @@ class PluginInfo:
 
 def plugins() -> list[PluginInfo]:
     """Every plugin found through the ``candle_api`` entry points (or registered at
-    run time), with its version, load error if any, and the devices it provides."""
+    run time), with its version, load error if any, the devices it provides and,
+    per available device, the ops it serves."""
     reg = registry()
     out = {r.name: PluginInfo(r.name, r.distribution, r.version, r.error) for r in reg.records()}
     for dev_type, (spec, plugin) in sorted(reg.backends().items()):
@@ -45,6 +47,10 @@ def plugins() -> list[PluginInfo]:
         except Exception as exc:  # availability must never take `candle info` down
             ok, reason, count, details = False, f"{type(exc).__name__}: {exc}", 0, ""
         out[plugin].backends.append(BackendInfo(dev_type, plugin, ok, reason, count, spec.description, details))
+        if ok:
+            for op, by_dtype in kernel_providers(dev_type).items():
+                for provider in set(by_dtype.values()):
+                    out.setdefault(provider, PluginInfo(provider, "", "", "")).serves.setdefault(dev_type, []).append(op)
     return list(out.values())
 
 

@@ -111,6 +111,7 @@ def test_third_party_plugin_overrides_a_cpu_kernel_and_adds_an_op(tmp_path):
             "provider_exp_f32": providers["exp"]["f32"],
             "provider_exp_f64": providers["exp"]["f64"],
             "plugins": {p.name: [p.distribution, p.version, p.error] for p in c.plugins()},
+            "serves": {p.name: p.serves for p in c.plugins()},
             "info": describe(),
         }))
     """, tmp_path)
@@ -123,6 +124,8 @@ def test_third_party_plugin_overrides_a_cpu_kernel_and_adds_an_op(tmp_path):
     assert result["provider_exp_f64"] == "cpu"
     assert result["plugins"]["override"] == ["candle-override-plugin", "0.1", ""]
     assert result["plugins"]["cpu"][0] == "candle-backend-cpu"
+    assert result["serves"]["override"] == {"cpu": ["exp", "scale"]}
+    assert "matmul" in result["serves"]["cpu"]["cpu"] and "exp" in result["serves"]["cpu"]["cpu"]  # f64 exp
     assert "exp: " in result["info"] and "f32 <- override" in result["info"]
 
 

@@ -40,24 +40,23 @@ def log_softmax_decomposed(x: Tensor, dim: int) -> Tensor:
     return shifted - shifted.exp().sum_keepdim(dim).log()
 
 
-def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    check_tensor("softmax", x)
-    require_float("softmax", x)
+def _softmax_like(op: str, decomposed, x: Tensor, dim: int) -> Tensor:
+    check_tensor(op, x)
+    require_float(op, x)
     if x.rank == 0:
-        raise ShapeError("softmax needs at least one dim")
-    if not has_kernel(x._device, "softmax_last", x._dtype):
-        return softmax_decomposed(x, dim)
-    return _on_last_dim(lambda v: _row_op("softmax_last", v), x, dim)
+        raise ShapeError(f"{op} needs at least one dim")
+    kernel_op = f"{op}_last"
+    if not has_kernel(x._device, kernel_op, x._dtype):
+        return decomposed(x, dim)
+    return _on_last_dim(lambda v: _row_op(kernel_op, v), x, dim)
+
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    return _softmax_like("softmax", softmax_decomposed, x, dim)
 
 
 def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
-    check_tensor("log_softmax", x)
-    require_float("log_softmax", x)
-    if x.rank == 0:
-        raise ShapeError("log_softmax needs at least one dim")
-    if not has_kernel(x._device, "log_softmax_last", x._dtype):
-        return log_softmax_decomposed(x, dim)
-    return _on_last_dim(lambda v: _row_op("log_softmax_last", v), x, dim)
+    return _softmax_like("log_softmax", log_softmax_decomposed, x, dim)
 
 
 def _norm_params(op: str, x: Tensor, weight: Tensor, bias):

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import functional as F
 from ..dtype import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, from_numpy_dtype, get_dtype, u8, u32
-from ..ops.creation import from_array
+from ..ops.creation import from_array, full_like
 from ..ops.shape import cat, stack
 from . import reference as R
 
@@ -65,7 +65,12 @@ class OpInfo:
     layouts: tuple = LAYOUTS
     out_dtype: Callable = None         # dtype -> expected output dtype (default: same)
     tol_scale: float = 1.0             # multiplies the dtype tolerance (long accumulations)
-    kernel: str | None = None          # the kernel op name, when it differs from name
+    kernel: str | tuple | None = None  # the kernel op(s) it exercises, when not its name
+
+    @property
+    def kernels(self) -> tuple:
+        k = self.kernel or self.name
+        return (k,) if isinstance(k, str) else tuple(k)
 
 
 # ---- sample helpers ------------------------------------------------------------------------
@@ -187,6 +192,11 @@ def check(got, expected: np.ndarray, dtype, tol_scale: float = 1.0, what: str = 
         np.testing.assert_array_equal(host, expected.astype(dtype.np), err_msg=what)
 
 
+def covered_kernels(ops) -> set:
+    """(kernel op, dtype) pairs the given OpInfos exercise."""
+    return {(k, d) for info in ops for k in info.kernels for d in info.dtypes}
+
+
 def cases(ops=None) -> list[Case]:
     return [Case(op, dtype, layout) for op in (ops or OPS) for dtype in op.dtypes for layout in op.layouts]
 
@@ -229,12 +239,12 @@ for _name, _ref, (_lo, _hi), _ints in UNARY:
 
 # Parameterised unary ops.
 op("affine", lambda x: x.affine(1.5, -0.25), lambda x: x * 1.5 - 0.25, FLOATS)
-op("affine_int", lambda x: x.affine(3, 2), lambda x: (x * 3 + 2).astype(x.dtype), INTS)
+op("affine_int", lambda x: x.affine(3, 2), lambda x: (x * 3 + 2).astype(x.dtype), INTS, kernel="affine")
 op("powf", lambda x: x.powf(2.5), lambda x: x**2.5, FLOATS, simple(1, 0.1, 3))
 op("elu", lambda x: x.elu(0.7), lambda x: np.where(x > 0, x, 0.7 * np.expm1(x)), FLOATS)
 op("leaky_relu", lambda x: F.leaky_relu(x, 0.1), lambda x: np.where(x > 0, x, 0.1 * x), FLOATS)
 op("clamp", lambda x: x.clamp(-0.5, 0.75), lambda x: np.clip(x, -0.5, 0.75), FLOATS)
-op("clamp_int", lambda x: x.clamp(2, 9), lambda x: np.clip(x, 2, 9).astype(x.dtype), INTS)
+op("clamp_int", lambda x: x.clamp(2, 9), lambda x: np.clip(x, 2, 9).astype(x.dtype), INTS, kernel="clamp")
 op("scalar_ops", lambda x: ((x + 2) * 3 - 1) / 2, lambda x: ((x + 2) * 3 - 1) / 2, FLOATS)
 op("scalar_rsub", lambda x: 1 - x, lambda x: 1 - x, FLOATS)
 op("scalar_rdiv", lambda x: 2 / x, lambda x: 2 / x, FLOATS, simple(1, 0.25, 3))
@@ -249,7 +259,8 @@ op("div", lambda a, b: a / b, lambda a, b: R.int_div(a, b) if a.dtype.kind in "i
 op("maximum", lambda a, b: a.maximum(b), np.maximum, ALL, simple(2))
 op("minimum", lambda a, b: a.minimum(b), np.minimum, ALL, simple(2))
 op("pow", lambda a, b: a.pow(b), np.power, FLOATS, simple(2, 0.2, 2))
-op("pow_int", lambda a, b: a.pow(b), lambda a, b: np.power(a, b).astype(a.dtype), INTS, simple(2, int_range=(0, 4)))
+op("pow_int", lambda a, b: a.pow(b), lambda a, b: np.power(a, b).astype(a.dtype), INTS, simple(2, int_range=(0, 4)),
+   kernel="pow")
 op("rem", lambda a, b: a % b, np.remainder, ALL, simple(2, int_range=(-20, 20), nonzero_last=True))
 op("fmod", lambda a, b: a.fmod(b), np.fmod, ALL,
    simple(2, int_range=(-20, 20), nonzero_last=True))
@@ -383,7 +394,8 @@ def _pair_samples(shape=(3, 5)):
     return gen
 
 
-op("contiguous", lambda x: x.contiguous(), lambda x: x, ALL)
+op("fill", lambda x: full_like(x, 7), lambda x: np.full_like(x, 7), ALL)
+op("contiguous", lambda x: x.contiguous(), lambda x: x, ALL, kernel="copy")
 op("copy", lambda x: x.copy(), lambda x: x, ALL)
 op("cat0", lambda a, b: cat([a, b], 0), lambda a, b: np.concatenate([a, b], 0), ALL, _pair_samples(), NONSCALAR)
 op("cat1", lambda a, b: cat([a, b], 1), lambda a, b: np.concatenate([a, b], 1), ALL, _pair_samples(), NONSCALAR)
@@ -521,14 +533,14 @@ def _pool(kind):
 
     def ref(x, kernel_size, stride, padding):
         pair = lambda v: v if isinstance(v, tuple) else (v, v)  # noqa: E731
-        out = R.pool2d(x, pair(kernel_size), pair(stride), pair(padding), kind)
-        return out if x.dtype.kind == "f" else np.trunc(out).astype(x.dtype) if kind == "avg" else out.astype(x.dtype)
+        out = R.pool2d(x.astype(np.float64), pair(kernel_size), pair(stride), pair(padding), kind)
+        return out if x.dtype.kind == "f" else np.trunc(out).astype(x.dtype)
 
     return call, ref
 
 
 op("max_pool2d", *_pool("max"), tuple(d for d in ALL if d != "i64"), _pool_samples, NONSCALAR)
-op("avg_pool2d", *_pool("avg"), FLOATS, _pool_samples, NONSCALAR, tol_scale=4)
+op("avg_pool2d", *_pool("avg"), tuple(d for d in ALL if d != "i64"), _pool_samples, NONSCALAR, tol_scale=4)
 
 
 def _upsample_samples(rng, dtype, layout):

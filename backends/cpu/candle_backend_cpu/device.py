@@ -76,12 +76,7 @@ class CpuDevice:
                 ptr = alloc(cap if free_list is not None else nbytes)
                 if not ptr:
                     raise MemoryError(str(error()))
-            s = _new(CpuStorage)
-            s.ptr = ptr
-            s.nbytes = nbytes
-            s.owner = None
-            s.writable = True
-            return s
+            return _storage(ptr, nbytes, None)
 
         # The hot allocation path is a closure: no attribute lookups per call.
         self.alloc = alloc_storage

@@ -188,67 +188,36 @@ static int whole(double v) { return v == v && fabs(v) < 9.2e18 && v == (double)(
 static int int_pow_error(void) { return cd_fail("integers to negative integer powers are not allowed"); }
 static int div_zero_error(void) { return cd_fail("integer division by zero"); }
 
+/* Integer binary expressions over a, b of dtype dt. */
+#define IB_add(dt, a, b) ((CD_T_##dt)((a) + (b)))
+#define IB_sub(dt, a, b) ((CD_T_##dt)((a) - (b)))
+#define IB_mul(dt, a, b) ((CD_T_##dt)((a) * (b)))
+#define IB_maximum(dt, a, b) ((a) > (b) ? (a) : (b))
+#define IB_minimum(dt, a, b) ((a) < (b) ? (a) : (b))
+#define IB_div(dt, a, b) \
+    (CD_SIGNED_##dt && (b) == (CD_T_##dt)(-1) ? (CD_T_##dt)(-(a)) : (CD_T_##dt)((a) / (b)))
+#define IB_fmod(dt, a, b) (CD_SIGNED_##dt && (b) == (CD_T_##dt)(-1) ? (CD_T_##dt)0 : (CD_T_##dt)((a) % (b)))
+#define IB_rem(dt, a, b) py_rem_##dt((a), (b))
+
+/* checks_zero: the op divides, so a zero divisor is an error. */
+#define GEN_BIN_I(op, dt, checks_zero)                                                   \
+    static int b_##op##_##dt(int64_t n, const void *va, const void *vb, void *vo) {      \
+        const CD_T_##dt *a = va, *b = vb;                                                \
+        CD_T_##dt *o = vo;                                                               \
+        for (int64_t i = 0; i < n; i++) {                                                \
+            if (checks_zero && b[i] == 0) return div_zero_error();                       \
+            o[i] = IB_##op(dt, a[i], b[i]);                                              \
+        }                                                                                \
+        return 0;                                                                        \
+    }
+
 #define GEN_BINARY_I(dt)                                                                        \
-    static int b_add_##dt(int64_t n, const void *va, const void *vb, void *vo) {                \
-        const CD_T_##dt *a = va, *b = vb;                                                       \
-        CD_T_##dt *o = vo;                                                                      \
-        for (int64_t i = 0; i < n; i++) o[i] = (CD_T_##dt)(a[i] + b[i]);                        \
-        return 0;                                                                               \
+    static inline CD_T_##dt py_rem_##dt(CD_T_##dt a, CD_T_##dt b) {                            \
+        CD_T_##dt r = IB_fmod(dt, a, b);                                                        \
+        return (r != 0 && ((r < 0) != (b < 0))) ? (CD_T_##dt)(r + b) : r;                       \
     }                                                                                           \
-    static int b_sub_##dt(int64_t n, const void *va, const void *vb, void *vo) {                \
-        const CD_T_##dt *a = va, *b = vb;                                                       \
-        CD_T_##dt *o = vo;                                                                      \
-        for (int64_t i = 0; i < n; i++) o[i] = (CD_T_##dt)(a[i] - b[i]);                        \
-        return 0;                                                                               \
-    }                                                                                           \
-    static int b_mul_##dt(int64_t n, const void *va, const void *vb, void *vo) {                \
-        const CD_T_##dt *a = va, *b = vb;                                                       \
-        CD_T_##dt *o = vo;                                                                      \
-        for (int64_t i = 0; i < n; i++) o[i] = (CD_T_##dt)(a[i] * b[i]);                        \
-        return 0;                                                                               \
-    }                                                                                           \
-    static int b_maximum_##dt(int64_t n, const void *va, const void *vb, void *vo) {            \
-        const CD_T_##dt *a = va, *b = vb;                                                       \
-        CD_T_##dt *o = vo;                                                                      \
-        for (int64_t i = 0; i < n; i++) o[i] = a[i] > b[i] ? a[i] : b[i];                       \
-        return 0;                                                                               \
-    }                                                                                           \
-    static int b_minimum_##dt(int64_t n, const void *va, const void *vb, void *vo) {            \
-        const CD_T_##dt *a = va, *b = vb;                                                       \
-        CD_T_##dt *o = vo;                                                                      \
-        for (int64_t i = 0; i < n; i++) o[i] = a[i] < b[i] ? a[i] : b[i];                       \
-        return 0;                                                                               \
-    }                                                                                           \
-    static int b_div_##dt(int64_t n, const void *va, const void *vb, void *vo) {                \
-        const CD_T_##dt *a = va, *b = vb;                                                       \
-        CD_T_##dt *o = vo;                                                                      \
-        for (int64_t i = 0; i < n; i++) {                                                       \
-            if (b[i] == 0) return div_zero_error();                                             \
-            o[i] = (CD_SIGNED_##dt && b[i] == (CD_T_##dt)(-1)) ? (CD_T_##dt)(-a[i])            \
-                                                                : (CD_T_##dt)(a[i] / b[i]);     \
-        }                                                                                       \
-        return 0;                                                                               \
-    }                                                                                           \
-    static int b_fmod_##dt(int64_t n, const void *va, const void *vb, void *vo) {               \
-        const CD_T_##dt *a = va, *b = vb;                                                       \
-        CD_T_##dt *o = vo;                                                                      \
-        for (int64_t i = 0; i < n; i++) {                                                       \
-            if (b[i] == 0) return div_zero_error();                                             \
-            o[i] = (CD_SIGNED_##dt && b[i] == (CD_T_##dt)(-1)) ? 0 : (CD_T_##dt)(a[i] % b[i]);  \
-        }                                                                                       \
-        return 0;                                                                               \
-    }                                                                                           \
-    static int b_rem_##dt(int64_t n, const void *va, const void *vb, void *vo) {                \
-        const CD_T_##dt *a = va, *b = vb;                                                       \
-        CD_T_##dt *o = vo;                                                                      \
-        for (int64_t i = 0; i < n; i++) {                                                       \
-            if (b[i] == 0) return div_zero_error();                                             \
-            CD_T_##dt r = (CD_SIGNED_##dt && b[i] == (CD_T_##dt)(-1)) ? 0 : (CD_T_##dt)(a[i] % b[i]); \
-            if (r != 0 && ((r < 0) != (b[i] < 0))) r = (CD_T_##dt)(r + b[i]);                  \
-            o[i] = r;                                                                           \
-        }                                                                                       \
-        return 0;                                                                               \
-    }                                                                                           \
+    GEN_BIN_I(add, dt, 0) GEN_BIN_I(sub, dt, 0) GEN_BIN_I(mul, dt, 0) GEN_BIN_I(maximum, dt, 0) \
+    GEN_BIN_I(minimum, dt, 0) GEN_BIN_I(div, dt, 1) GEN_BIN_I(fmod, dt, 1) GEN_BIN_I(rem, dt, 1) \
     static int b_pow_##dt(int64_t n, const void *va, const void *vb, void *vo) {                \
         const CD_T_##dt *a = va, *b = vb;                                                       \
         CD_T_##dt *o = vo;                                                                      \
@@ -436,16 +405,13 @@ static inline float f64_to_f32_odd(double d) {
         for (int64_t i = 0; i < n; i++) y[i] = CONVERT(dst, CD_K_##src, CD_LD_##src(x[i])); \
         return 0;                                                           \
     }
-#define GEN_CAST_FROM(src) \
-    GEN_CAST(src, u8) GEN_CAST(src, u32) GEN_CAST(src, i16) GEN_CAST(src, i32) GEN_CAST(src, i64) \
-    GEN_CAST(src, bf16) GEN_CAST(src, f16) GEN_CAST(src, f32) GEN_CAST(src, f64)
+/* M(src, dst) for every destination dtype. */
+#define FOR_EACH_DST(M, src) \
+    M(src, u8) M(src, u32) M(src, i16) M(src, i32) M(src, i64) M(src, bf16) M(src, f16) M(src, f32) M(src, f64)
+#define GEN_CAST_FROM(src) FOR_EACH_DST(GEN_CAST, src)
 CD_ALL_DTYPES(GEN_CAST_FROM)
 
-#define CAST_ROW(src) [CD_##src] = {[CD_u8] = cast_##src##_u8, [CD_u32] = cast_##src##_u32,     \
-                                    [CD_i16] = cast_##src##_i16, [CD_i32] = cast_##src##_i32,   \
-                                    [CD_i64] = cast_##src##_i64, [CD_bf16] = cast_##src##_bf16, \
-                                    [CD_f16] = cast_##src##_f16, [CD_f32] = cast_##src##_f32,   \
-                                    [CD_f64] = cast_##src##_f64},
+#define CAST_ROW(src) [CD_##src] = {ROW_FLOATS(cast_, src), ROW_INTS(cast_, src)},
 static loop_unary CAST[CD_NUM_DTYPES][CD_NUM_DTYPES] = {CD_ALL_DTYPES(CAST_ROW)};
 
 /* ---- contiguous drivers ------------------------------------------------------------- */
@@ -483,16 +449,18 @@ static int run_contig(contig_ctx *c, int64_t n) {
 
 /* Per (op, dtype) entry points that match cd_unary_fn and friends. A C function
  * pointer cannot carry the op, so each pair gets a tiny wrapper. */
+
+/* M(op, dtype) for the float dtypes, and the integer ones when ints is 1. */
+#define FOR_DTYPES(M, op, ints)                          \
+    M(op, f32) M(op, f64) M(op, bf16) M(op, f16)         \
+    CD_WHEN_##ints(M(op, u8) M(op, u32) M(op, i16) M(op, i32) M(op, i64))
 #define WRAP_UNARY(op, dt)                                                                   \
     static int w_u_##op##_##dt(int64_t n, const void *x, void *y) {                          \
         contig_ctx c = {.kind = K_UNARY, .f.unary = UNARY[CD_UNARY_##op][CD_##dt], .a = x,   \
                         .out = y, .isa = sizeof(CD_T_##dt), .iso = sizeof(CD_T_##dt)};       \
         return run_contig(&c, n);                                                            \
     }
-#define WRAP_UNARY_ALL(op, ints)                                                                    \
-    WRAP_UNARY(op, f32) WRAP_UNARY(op, f64) WRAP_UNARY(op, bf16) WRAP_UNARY(op, f16)                \
-    CD_WHEN_##ints(WRAP_UNARY(op, u8) WRAP_UNARY(op, u32) WRAP_UNARY(op, i16) WRAP_UNARY(op, i32)   \
-                   WRAP_UNARY(op, i64))
+#define WRAP_UNARY_ALL(op, ints) FOR_DTYPES(WRAP_UNARY, op, ints)
 CD_UNARY_OPS(WRAP_UNARY_ALL)
 #define TAB_W_UNARY(op, ints) [CD_UNARY_##op] = {ROW_FLOATS(w_u_, op) CD_WHEN_##ints(, ROW_INTS(w_u_, op))},
 static const cd_unary_fn W_UNARY[CD_UNARY_COUNT][CD_NUM_DTYPES] = {CD_UNARY_OPS(TAB_W_UNARY)};
@@ -503,37 +471,25 @@ static const cd_unary_fn W_UNARY[CD_UNARY_COUNT][CD_NUM_DTYPES] = {CD_UNARY_OPS(
                         .isa = sizeof(CD_T_##dt), .iso = sizeof(CD_T_##dt), .p0 = p0, .p1 = p1};  \
         return run_contig(&c, n);                                                                 \
     }
-#define WRAP_PARAM_ALL(op, ints)                                                                  \
-    WRAP_PARAM(op, f32) WRAP_PARAM(op, f64) WRAP_PARAM(op, bf16) WRAP_PARAM(op, f16)              \
-    CD_WHEN_##ints(WRAP_PARAM(op, u8) WRAP_PARAM(op, u32) WRAP_PARAM(op, i16) WRAP_PARAM(op, i32) \
-                   WRAP_PARAM(op, i64))
+#define WRAP_PARAM_ALL(op, ints) FOR_DTYPES(WRAP_PARAM, op, ints)
 CD_PARAM_OPS(WRAP_PARAM_ALL)
 #define TAB_W_PARAM(op, ints) [CD_PARAM_##op] = {ROW_FLOATS(w_p_, op) CD_WHEN_##ints(, ROW_INTS(w_p_, op))},
 static const cd_param_fn W_PARAM[CD_PARAM_COUNT][CD_NUM_DTYPES] = {CD_PARAM_OPS(TAB_W_PARAM)};
 
-#define WRAP_BINARY(tab, pfx, op, dt, osz)                                                       \
-    static int w_##pfx##_##op##_##dt(int64_t n, const void *a, const void *b, void *o) {         \
-        contig_ctx c = {.kind = K_BINARY, .f.binary = tab[op][CD_##dt], .a = a, .b = b, .out = o, \
-                        .isa = sizeof(CD_T_##dt), .isb = sizeof(CD_T_##dt), .iso = osz};         \
-        return run_contig(&c, n);                                                                \
+#define WRAP_BINARY(tab, pfx, code, op, dt, osz)                                                   \
+    static int w_##pfx##_##op##_##dt(int64_t n, const void *a, const void *b, void *o) {              \
+        contig_ctx c = {.kind = K_BINARY, .f.binary = tab[code][CD_##dt], .a = a, .b = b, .out = o,    \
+                        .isa = sizeof(CD_T_##dt), .isb = sizeof(CD_T_##dt), .iso = osz};              \
+        return run_contig(&c, n);                                                                     \
     }
-#define WRAP_BIN_ALL(op, ints)                                                                   \
-    WRAP_BINARY(BINARY, b, CD_BINARY_##op, f32, 4) WRAP_BINARY(BINARY, b, CD_BINARY_##op, f64, 8) \
-    WRAP_BINARY(BINARY, b, CD_BINARY_##op, bf16, 2) WRAP_BINARY(BINARY, b, CD_BINARY_##op, f16, 2) \
-    WRAP_BINARY(BINARY, b, CD_BINARY_##op, u8, 1) WRAP_BINARY(BINARY, b, CD_BINARY_##op, u32, 4)  \
-    WRAP_BINARY(BINARY, b, CD_BINARY_##op, i16, 2) WRAP_BINARY(BINARY, b, CD_BINARY_##op, i32, 4) \
-    WRAP_BINARY(BINARY, b, CD_BINARY_##op, i64, 8)
-#define WRAP_CMP_ALL(op, ints)                                                                  \
-    WRAP_BINARY(CMP, c, CD_CMP_##op, f32, 1) WRAP_BINARY(CMP, c, CD_CMP_##op, f64, 1)           \
-    WRAP_BINARY(CMP, c, CD_CMP_##op, bf16, 1) WRAP_BINARY(CMP, c, CD_CMP_##op, f16, 1)          \
-    WRAP_BINARY(CMP, c, CD_CMP_##op, u8, 1) WRAP_BINARY(CMP, c, CD_CMP_##op, u32, 1)            \
-    WRAP_BINARY(CMP, c, CD_CMP_##op, i16, 1) WRAP_BINARY(CMP, c, CD_CMP_##op, i32, 1)           \
-    WRAP_BINARY(CMP, c, CD_CMP_##op, i64, 1)
-CD_BINARY_OPS(WRAP_BIN_ALL)
-CD_CMP_OPS(WRAP_CMP_ALL)
-#define ROW_W_ALL(pfx, op) {ROW_FLOATS(pfx, op), ROW_INTS(pfx, op)}
-#define TAB_W_BINARY(op, ints) [CD_BINARY_##op] = ROW_W_ALL(w_b_CD_BINARY_, op),
-#define TAB_W_CMP(op, ints) [CD_CMP_##op] = ROW_W_ALL(w_c_CD_CMP_, op),
+#define WRAP_B(op, dt) WRAP_BINARY(BINARY, b, CD_BINARY_##op, op, dt, sizeof(CD_T_##dt))
+#define WRAP_C(op, dt) WRAP_BINARY(CMP, c, CD_CMP_##op, op, dt, 1)
+#define WRAP_B_ALL(op, ints) FOR_DTYPES(WRAP_B, op, 1)
+#define WRAP_C_ALL(op, ints) FOR_DTYPES(WRAP_C, op, 1)
+CD_BINARY_OPS(WRAP_B_ALL)
+CD_CMP_OPS(WRAP_C_ALL)
+#define TAB_W_BINARY(op, ints) [CD_BINARY_##op] = {ROW_FLOATS(w_b_, op), ROW_INTS(w_b_, op)},
+#define TAB_W_CMP(op, ints) [CD_CMP_##op] = {ROW_FLOATS(w_c_, op), ROW_INTS(w_c_, op)},
 static const cd_binary_fn W_BINARY[CD_BINARY_COUNT][CD_NUM_DTYPES] = {CD_BINARY_OPS(TAB_W_BINARY)};
 static const cd_binary_fn W_CMP[CD_CMP_COUNT][CD_NUM_DTYPES] = {CD_CMP_OPS(TAB_W_CMP)};
 
@@ -543,15 +499,9 @@ static const cd_binary_fn W_CMP[CD_CMP_COUNT][CD_NUM_DTYPES] = {CD_CMP_OPS(TAB_W
                         .isa = sizeof(CD_T_##src), .iso = sizeof(CD_T_##dst)};                    \
         return run_contig(&c, n);                                                                 \
     }
-#define WRAP_CAST_FROM(src) \
-    WRAP_CAST(src, u8) WRAP_CAST(src, u32) WRAP_CAST(src, i16) WRAP_CAST(src, i32) WRAP_CAST(src, i64) \
-    WRAP_CAST(src, bf16) WRAP_CAST(src, f16) WRAP_CAST(src, f32) WRAP_CAST(src, f64)
+#define WRAP_CAST_FROM(src) FOR_EACH_DST(WRAP_CAST, src)
 CD_ALL_DTYPES(WRAP_CAST_FROM)
-#define W_CAST_ROW(src) [CD_##src] = {[CD_u8] = w_cast_##src##_u8, [CD_u32] = w_cast_##src##_u32,     \
-                                      [CD_i16] = w_cast_##src##_i16, [CD_i32] = w_cast_##src##_i32,   \
-                                      [CD_i64] = w_cast_##src##_i64, [CD_bf16] = w_cast_##src##_bf16, \
-                                      [CD_f16] = w_cast_##src##_f16, [CD_f32] = w_cast_##src##_f32,   \
-                                      [CD_f64] = w_cast_##src##_f64},
+#define W_CAST_ROW(src) [CD_##src] = {ROW_FLOATS(w_cast_, src), ROW_INTS(w_cast_, src)},
 static const cd_unary_fn W_CAST[CD_NUM_DTYPES][CD_NUM_DTYPES] = {CD_ALL_DTYPES(W_CAST_ROW)};
 
 static int valid(int32_t op, int32_t count, int32_t dtype) {

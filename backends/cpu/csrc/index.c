@@ -41,6 +41,24 @@ static void sub_layout(int64_t *lay, const int64_t *shape, const int64_t *stride
     }
 }
 
+/* Reads [ndim, shape, nrows stride rows, dim, extra] and prepares an iterator
+ * over the shape in which stride row zero_row has no step along dim (that
+ * operand's position along dim comes from the index). */
+static int index_iter(const int64_t *lay, int nrows, int zero_row, cd_iter *it, int64_t *dim, int64_t *extra,
+                      int64_t *dim_stride) {
+    int64_t ndim = lay[0];
+    if (ndim < 1 || ndim > CD_MAX_DIMS) return cd_fail("rank out of range");
+    *dim = lay[1 + (nrows + 1) * ndim];
+    *extra = lay[2 + (nrows + 1) * ndim];
+    if (*dim < 0 || *dim >= ndim) return cd_fail("dim out of range");
+    int64_t it_lay[1 + (CD_ITER_OPS + 1) * CD_MAX_DIMS];
+    memcpy(it_lay, lay, (size_t)(1 + (nrows + 1) * ndim) * sizeof(int64_t));
+    int64_t *stride = &it_lay[1 + (1 + zero_row) * ndim + *dim];
+    *dim_stride = *stride;
+    *stride = 0;
+    return cd_iter_init(it, it_lay, nrows, 0);
+}
+
 /* ---- index_select -------------------------------------------------------------- */
 typedef struct {
     int isz, id_dtype;
@@ -127,16 +145,9 @@ static int gather_task(void *vctx, int64_t begin, int64_t end) {
 
 int cd_gather(int32_t dtype, int32_t id_dtype, const int64_t *lay, const void *x, const void *ids, void *out) {
     if (check_id_dtype(id_dtype)) return -1;
-    int64_t ndim = lay[0];
-    if (ndim < 1 || ndim > CD_MAX_DIMS) return cd_fail("rank out of range");
-    int64_t dim = lay[1 + 3 * ndim], dim_size = lay[2 + 3 * ndim];
-    if (dim < 0 || dim >= ndim) return cd_fail("dim out of range");
-    int64_t it_lay[1 + 3 * CD_MAX_DIMS];
-    memcpy(it_lay, lay, (size_t)(1 + 3 * ndim) * sizeof(int64_t));
-    gather_ctx c = {.isz = cd_dtype_size(dtype), .id_dtype = id_dtype, .dim_stride = lay[1 + ndim + dim],
-                    .dim_size = dim_size, .x = x, .ids = ids, .out = out};
-    it_lay[1 + ndim + dim] = 0; /* the dim's x offset comes from the index */
-    if (cd_iter_init(&c.it, it_lay, 2, 0)) return -1;
+    gather_ctx c = {.isz = cd_dtype_size(dtype), .id_dtype = id_dtype, .x = x, .ids = ids, .out = out};
+    int64_t dim = 0;
+    if (index_iter(lay, 2, 0, &c.it, &dim, &c.dim_size, &c.dim_stride)) return -1;
     return cd_parallel_for(c.it.numel, CD_GRAIN, gather_task, &c);
 }
 
@@ -146,16 +157,9 @@ int cd_gather(int32_t dtype, int32_t id_dtype, const int64_t *lay, const void *x
 int cd_scatter(int32_t dtype, int32_t id_dtype, const int64_t *lay, const void *vids, const void *vsrc,
                void *vdst, int32_t accumulate) {
     if (check_id_dtype(id_dtype)) return -1;
-    int64_t ndim = lay[0];
-    if (ndim < 1 || ndim > CD_MAX_DIMS) return cd_fail("rank out of range");
-    int64_t dim = lay[1 + 4 * ndim], dst_dim = lay[2 + 4 * ndim];
-    if (dim < 0 || dim >= ndim) return cd_fail("dim out of range");
-    int64_t it_lay[1 + 4 * CD_MAX_DIMS];
-    memcpy(it_lay, lay, (size_t)(1 + 4 * ndim) * sizeof(int64_t));
-    int64_t dst_dim_stride = lay[1 + 3 * ndim + dim];
-    it_lay[1 + 3 * ndim + dim] = 0;
     cd_iter it;
-    if (cd_iter_init(&it, it_lay, 3, 0)) return -1;
+    int64_t dim = 0, dst_dim = 0, dst_dim_stride = 0;
+    if (index_iter(lay, 3, 2, &it, &dim, &dst_dim, &dst_dim_stride)) return -1;
     const int isz = cd_dtype_size(dtype), inner = it.ndim - 1;
     const char *src = vsrc, *ids = vids;
     char *dst = vdst;
