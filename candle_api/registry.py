@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Callable
 
 import pluggy
@@ -78,6 +77,8 @@ class Registry:
         with self._lock:
             if self._loaded:
                 return
+            from importlib import metadata  # slow to import; only needed here, once
+
             self._pm.hook.candle_api_custom_ops.call_historic(kwargs={"registry": self.ops})
             for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
                 self._load_entry_point(ep)

@@ -7,6 +7,7 @@ import numbers
 
 import numpy as np
 
+from .. import device as device_mod
 from ..device import get_device, known_devices
 from ..dtype import f32, get_dtype, from_numpy_dtype, i64, u32
 from ..errors import DTypeError, ShapeError
@@ -193,8 +194,6 @@ def randn(*shape, mean: float = 0.0, std: float = 1.0, dtype=None, device=None) 
 
 def manual_seed(seed: int) -> None:
     """Resets the random stream of every device (and of devices made later)."""
-    from .. import device as device_mod
-
     device_mod.DEFAULT_SEED = int(seed)
     for dev in known_devices():
         dev.manual_seed(seed)

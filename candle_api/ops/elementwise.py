@@ -21,6 +21,7 @@ from ..layout import Layout
 _contig = Layout.contig
 _new = object.__new__
 from ..tensor import Tensor
+from .creation import from_array
 from .core import broadcast_shape, check_tensor, has_kernel, kernel, make, same_device, same_dtype, unsupported
 
 # ---- unary -------------------------------------------------------------------------------
@@ -153,8 +154,6 @@ def scalar(value, dtype, device) -> Tensor:
         return t
     if dtype.is_int:
         _check_int_scalar(value, dtype)
-    from .creation import from_array
-
     t = from_array(np.array(value, dtype=dtype.np), dtype, device)
     if len(_SCALARS) > 512:
         _SCALARS.clear()

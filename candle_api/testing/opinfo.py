@@ -159,7 +159,8 @@ class Case:
     def __str__(self) -> str:
         return self.id
 
-    def run(self, device) -> None:
+    def check_against_reference(self, device) -> None:
+        """Runs every sample on device and asserts the results match the NumPy reference."""
         rng = np.random.default_rng(zlib.crc32(self.id.encode()))
         dt = get_dtype(self.dtype)
         gen = self.op.samples or simple()
