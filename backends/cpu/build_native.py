@@ -29,13 +29,18 @@ BASE_FLAGS = [
     "-std=c11", "-fPIC", "-fvisibility=hidden", "-pthread",
     # Signed overflow wraps as in Candle; no errno from libm, so sqrt & co inline.
     "-fwrapv", "-fno-math-errno", "-fno-trapping-math",
+    # `#pragma omp simd` (vectorized reductions) without linking an OpenMP runtime.
+    "-fopenmp-simd",
+    # ISO C mode turns FMA contraction off; a*b+c in one rounding is what we want.
+    "-ffp-contract=fast",
     "-Wall", "-Wextra", "-Wshadow", "-Wstrict-prototypes",
     # Kernels are generated for signed and unsigned types from one expression.
     "-Wno-type-limits",
 ]
 ISA_FLAGS = {
     "_avx2.c": ["-mavx2", "-mfma", "-mf16c"],
-    "_avx512.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"],
+    "_avx512.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c",
+                  "-mprefer-vector-width=512"],
 }
 
 

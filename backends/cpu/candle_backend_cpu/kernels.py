@@ -322,7 +322,23 @@ def build_kernels() -> dict:
 
         return kernel
 
+    def sdpa_kernel(dt):
+        isz = dt.itemsize
+
+        def kernel(out, q, lq, k, lk, v, lv, mask, lm, mask_dtype, causal, scale):
+            *batch, n_q, e = lq.shape
+            n_k, e_v = lk.shape[-2], lv.shape[-1]
+            rows = [*lq.strides, *lk.strides, *lv.strides, *(lm.strides if mask is not None else [0] * len(lq.shape))]
+            desc = pack([len(batch), n_q, n_k, e, e_v, int(causal), *batch, *rows])
+            m_ptr = mask.ptr + lm.offset * mask_dtype.itemsize if mask is not None else None
+            if lib.cd_sdpa(dt.code, desc, q.ptr + lq.offset * isz, k.ptr + lk.offset * isz, v.ptr + lv.offset * isz,
+                           m_ptr, mask_dtype.code if mask is not None else -1, out.ptr, scale):
+                raise error()
+
+        return kernel
+
     for dt in FLOAT_DTYPES:
+        add("sdpa", dt, sdpa_kernel(dt))
         add("softmax_last", dt, softmax_kernel(dt, 0))
         add("log_softmax_last", dt, softmax_kernel(dt, 1))
         add("layer_norm", dt, norm_kernel(dt, 0))

@@ -31,6 +31,7 @@ SIGNATURES = {
     "cd_last_error": (c_char_p, []),
     "cd_names": (c_char_p, [c_char_p]),
     "cd_isa": (c_char_p, []),
+    "cd_cache_bytes": (c_int64, [c_int32]),
     "cd_alloc": (c_void_p, [c_int64]),
     "cd_free": (None, [c_void_p]),
     "cd_get_num_threads": (c_int, []),
@@ -62,6 +63,7 @@ SIGNATURES = {
     "cd_softmax_last": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_int32]),
     "cd_norm_last": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_int32]),
     "cd_rope": (c_int, [c_int32, c_char_p, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_int32]),
+    "cd_sdpa": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_void_p, c_double]),
     "cd_random": (c_int, [c_int32, c_int32, c_int64, c_void_p, c_uint64, c_uint64, c_double, c_double]),
 }
 
@@ -129,7 +131,8 @@ def describe() -> str:
         lib = load()
     except BackendUnavailableError:
         return "library not loaded"
-    return f"cpu features: {lib.cd_isa().decode()}, {lib.cd_get_num_threads()} threads"
+    l2, l3 = lib.cd_cache_bytes(2) >> 10, lib.cd_cache_bytes(3) >> 10
+    return f"cpu features: {lib.cd_isa().decode()}, {lib.cd_get_num_threads()} threads, L2 {l2} KiB, L3 {l3} KiB"
 
 
 def error() -> Exception:

@@ -97,6 +97,8 @@ CD_API const char *cd_last_error(void);
 CD_API const char *cd_names(const char *table);
 /* The instruction set the kernels were dispatched to: "avx512", "avx2" or "scalar". */
 CD_API const char *cd_isa(void);
+/* Bytes of the level-2 or level-3 data cache, as the GEMM blocking sees it. */
+CD_API int64_t cd_cache_bytes(int32_t level);
 /* 64-byte aligned; large blocks are cached for reuse. NULL + error when out of memory. */
 CD_API void *cd_alloc(int64_t nbytes);
 CD_API void cd_free(void *ptr);
@@ -197,6 +199,12 @@ CD_API int cd_norm_last(int32_t dtype, const int64_t *lay, const void *x, const 
 CD_API int cd_rope(int32_t dtype, const int64_t *shape, const int64_t *lay, const void *x,
                    const void *cos, const void *sin, void *out, int32_t interleaved,
                    int32_t per_batch);
+/* Scaled-dot-product attention, out (batch..., L, Ev) contiguous =
+ * softmax(q @ k^T * scale + mask) @ v. desc = [nb, L, S, E, Ev, causal,
+ * batch shape (nb), then for q, k, v and mask in turn nb batch strides and the
+ * two matrix strides]. mask is NULL, u8 (0 hides a key) or additive of dtype. */
+CD_API int cd_sdpa(int32_t dtype, const int64_t *desc, const void *q, const void *k, const void *v,
+                   const void *mask, int32_t mask_dtype, void *out, double scale);
 
 /* ---- random ----------------------------------------------------------- */
 /* Counter-based (Philox4x32-10): element i of a call uses counter offset + i, so

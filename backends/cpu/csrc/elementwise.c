@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "kernel_hooks.h"
 
 #define CD_WHEN_1(...) __VA_ARGS__
 #define CD_WHEN_0(...)
@@ -49,9 +50,13 @@ typedef int (*loop_binary)(int64_t n, const void *a, const void *b, void *out);
 #define UF_acosh(T, S, x) acosh##S(x)
 #define UF_atanh(T, S, x) atanh##S(x)
 #define UF_erf(T, S, x) erf##S(x)
+/* gelu: 0.5 x (1 + tanh(y)) written as x sigmoid(2y), and gelu_erf as
+ * 0.5 x erfc(-x / sqrt2): the same functions without cancellation for x < 0.
+ * Evaluated in double: the exponential amplifies any rounding of its argument
+ * (the vector versions in vmath_impl.h take care of that their own way). */
 #define UF_gelu(T, S, x) \
-    ((T)0.5 * (x) * ((T)1 + tanh##S((T)0.7978845608028654 * ((x) + (T)0.044715 * (x) * (x) * (x)))))
-#define UF_gelu_erf(T, S, x) ((T)0.5 * (x) * ((T)1 + erf##S((x) * (T)0.7071067811865476)))
+    ((T)((double)(x) / (1 + exp(-1.5957691216057308 * ((double)(x) + 0.044715 * (double)(x) * (x) * (x))))))
+#define UF_gelu_erf(T, S, x) ((T)(0.5 * (double)(x) * erfc(-(double)(x) * 0.7071067811865476)))
 #define UF_silu(T, S, x) ((x) / ((T)1 + exp##S(-(x))))
 #define UF_sigmoid(T, S, x) ((T)1 / ((T)1 + exp##S(-(x))))
 #define UF_softplus(T, S, x) ((x) > (T)20 ? (x) : log1p##S(exp##S(x)))
@@ -233,6 +238,8 @@ static int div_zero_error(void) { return cd_fail("integer division by zero"); }
         return 0;                                                                               \
     }
 
+static loop_unary UNARY[CD_UNARY_COUNT][CD_NUM_DTYPES];
+
 /* ---- bf16 / f16 through f32 blocks ------------------------------------------ */
 #define HALF_BLOCK 256
 typedef void (*to_f32_fn)(int64_t, const uint16_t *, float *);
@@ -288,9 +295,10 @@ static int half_binary(loop_binary f, to_f32_fn up, from_f32_fn down, int64_t n,
     return 0;
 }
 
+/* Through the f32 table entry, so an instruction-set specific f32 loop serves the halves too. */
 #define GEN_UNARY_H(op, dt)                                         \
     static int u_##op##_##dt(int64_t n, const void *x, void *y) {   \
-        return half_unary(u_##op##_f32, cd_##dt##_to_f32_n, cd_f32_to_##dt##_n, n, x, y); \
+        return half_unary(UNARY[CD_UNARY_##op][CD_f32], cd_##dt##_to_f32_n, cd_f32_to_##dt##_n, n, x, y); \
     }
 #define GEN_PARAM_H(op, dt)                                                                   \
     static int p_##op##_##dt(int64_t n, const void *x, void *y, double p0, double p1) {       \
@@ -335,6 +343,12 @@ CD_CMP_OPS(INST_CMP)
 
 #define TAB_UNARY(op, ints) [CD_UNARY_##op] = {ROW_FLOATS(u_, op) CD_WHEN_##ints(, ROW_INTS(u_, op))},
 static loop_unary UNARY[CD_UNARY_COUNT][CD_NUM_DTYPES] = {CD_UNARY_OPS(TAB_UNARY)};
+
+void cd_set_unary_loop(int op, int dtype, cd_unary_loop loop) {
+    if (op >= 0 && op < CD_UNARY_COUNT && dtype >= 0 && dtype < CD_NUM_DTYPES) UNARY[op][dtype] = loop;
+}
+
+cd_unary_loop cd_get_unary_loop(int op, int dtype) { return UNARY[op][dtype]; }
 
 static loop_param PARAM[CD_PARAM_COUNT][CD_NUM_DTYPES] = {
     [CD_PARAM_affine] = {ROW_FLOATS(p_, affine), ROW_INTS(p_, affine)},

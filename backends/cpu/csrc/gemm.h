@@ -1,28 +1,26 @@
-/* GEMM microkernels. A kernel computes an mr x nr tile (mr <= MR, nr <= NR) of
- * C += / = A_panel @ B_panel over kc, from panels packed by matmul.c: A k-major
- * with MR values per k, B k-major with NR values per k. C is row-major with
- * leading dimension ldc, in the packed element type (float or double). */
+/* GEMM for the float dtypes. One driver (gemm_impl.h) is compiled once per
+ * instruction set around that set's register-tiled microkernels; the best set
+ * the CPU supports is chosen at run time (see isa.c). */
 #ifndef CANDLE_CPU_GEMM_H
 #define CANDLE_CPU_GEMM_H
 
 #include <stdint.h>
 
-typedef void (*cd_micro_fn)(int64_t kc, const void *a, const void *b, void *c, int64_t ldc, int mr,
-                            int nr, int accumulate);
-
 typedef struct {
-    int mr, nr;              /* register tile */
-    int64_t mc, kc, nc;      /* cache blocking of A rows, K, and B columns */
-    cd_micro_fn micro;
-} cd_gemm_kernel;
+    const char *isa;
+    /* C (m x n, row-major, leading dim ldc) = A @ B for A, B of dtype f32, bf16
+     * or f16 (C is f32) or f64 (C is f64), at any strides. */
+    int (*gemm)(int32_t dtype, int64_t m, int64_t n, int64_t k, const void *a, int64_t ars, int64_t acs,
+                const void *b, int64_t brs, int64_t bcs, void *c, int64_t ldc);
+} cd_gemm_ops;
 
-/* C (m x n, row-major, leading dim ldc) = A @ B with A and B of dtype CD_f32 or
- * CD_f64 at any strides; used by matmul and the convolutions. */
+extern const cd_gemm_ops cd_gemm_generic, cd_gemm_avx2, cd_gemm_avx512;
+
+/* The set for this CPU (or CANDLE_CPU_ISA). */
+const cd_gemm_ops *cd_gemm_best(void);
+
+/* cd_gemm_best()->gemm, for the convolutions. */
 int cd_gemm(int32_t dtype, int64_t m, int64_t n, int64_t k, const void *a, int64_t ars, int64_t acs,
             const void *b, int64_t brs, int64_t bcs, void *c, int64_t ldc);
-
-/* The best kernel for this CPU. */
-const cd_gemm_kernel *cd_gemm_f32(void);
-const cd_gemm_kernel *cd_gemm_f64(void);
 
 #endif

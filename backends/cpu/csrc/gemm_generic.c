@@ -1,13 +1,10 @@
-/* Portable GEMM microkernels, written so that the compiler vectorizes the
- * column loop for whatever instruction set the file is built for. */
-#include "gemm.h"
+/* Portable GEMM microkernels for CPUs without AVX2 (the driver is gemm_impl.h),
+ * written so that the compiler vectorizes the column loop. */
 #include "internal.h"
 
 #define GEN_MICRO(name, T, MR, NR)                                                           \
-    static void name(int64_t kc, const void *va, const void *vb, void *vc, int64_t ldc, int mr, \
-                     int nr, int accumulate) {                                               \
-        const T *a = va, *b = vb;                                                            \
-        T *c = vc;                                                                           \
+    static void name(int64_t kc, const T *restrict a, const T *restrict b, T *restrict c,    \
+                     int64_t ldc, int mr, int nr, int accumulate) {                          \
         T acc[MR][NR];                                                                       \
         for (int i = 0; i < MR; i++)                                                         \
             for (int j = 0; j < NR; j++) acc[i][j] = 0;                                      \
@@ -26,8 +23,18 @@
 GEN_MICRO(micro_f32, float, 4, 16)
 GEN_MICRO(micro_f64, double, 4, 8)
 
-static const cd_gemm_kernel GENERIC_F32 = {4, 16, 128, 256, 2048, micro_f32};
-static const cd_gemm_kernel GENERIC_F64 = {4, 8, 96, 256, 1024, micro_f64};
+/* dst[p * W + i] = src[i * ld + p], i < w <= W, p < kc; rows past w are zero. */
+static void tpack_f32(const float *src, int64_t ld, int w, int64_t kc, int W, float *dst) {
+    for (int i = 0; i < W; i++)
+        for (int64_t p = 0; p < kc; p++) dst[p * W + i] = i < w ? src[i * ld + p] : 0.0f;
+}
 
-const cd_gemm_kernel *cd_gemm_f32(void) { return &GENERIC_F32; }
-const cd_gemm_kernel *cd_gemm_f64(void) { return &GENERIC_F64; }
+#define GEMM_OPS cd_gemm_generic
+#define GEMM_ISA "scalar"
+#define F32_MR 4
+#define F32_NR 16
+#define F32_KC 256
+#define F64_MR 4
+#define F64_NR 8
+#define F64_KC 256
+#include "gemm_impl.h"

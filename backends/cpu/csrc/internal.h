@@ -72,10 +72,11 @@ static inline uint16_t cd_f32_to_f16(float f) {
     return (uint16_t)(sign | (ax >> 13));
 }
 
-void cd_f16_to_f32_n(int64_t n, const uint16_t *src, float *dst);
-void cd_f32_to_f16_n(int64_t n, const float *src, uint16_t *dst);
-void cd_bf16_to_f32_n(int64_t n, const uint16_t *src, float *dst);
-void cd_f32_to_bf16_n(int64_t n, const float *src, uint16_t *dst);
+/* Block conversions (vectorized when the CPU allows; see kernel_hooks.h). */
+extern void (*cd_f16_to_f32_n)(int64_t n, const uint16_t *src, float *dst);
+extern void (*cd_f32_to_f16_n)(int64_t n, const float *src, uint16_t *dst);
+extern void (*cd_bf16_to_f32_n)(int64_t n, const uint16_t *src, float *dst);
+extern void (*cd_f32_to_bf16_n)(int64_t n, const float *src, uint16_t *dst);
 
 /* ---- per-dtype traits used by the X-macro kernel generators ---------------
  * CD_T_<dt>: storage type, CD_C_<dt>: compute type, CD_LD_/CD_ST_: convert. */
@@ -137,6 +138,18 @@ int cd_parallel_for(int64_t n, int64_t grain, cd_task_fn fn, void *ctx);
 /* The chunk length cd_parallel_for uses for (n, grain). */
 int64_t cd_chunk_size(int64_t n, int64_t grain);
 int cd_num_threads(void);
+
+/* ---- instruction sets ---------------------------------------------------- */
+enum { CD_ISA_SCALAR = 0, CD_ISA_AVX2 = 1, CD_ISA_AVX512 = 2 };
+/* The set in use: the best this CPU supports, or CANDLE_CPU_ISA's. */
+int cd_isa_level(void);
+
+/* Rows in the compute type (f32, or f64 for f64): its size, a load of n
+ * elements (stride s) of dtype into a compute-type buffer, and the store back
+ * to n contiguous elements of dtype. */
+int cd_ct_size(int dtype);
+void cd_load_ct(int dtype, const char *x, int64_t n, int64_t s, void *dst);
+void cd_store_ct(int dtype, const void *src, int64_t n, char *out);
 
 /* Scratch memory for a kernel (64-byte aligned); NULL + error on failure. */
 void *cd_scratch(int64_t nbytes);

@@ -3,77 +3,76 @@
  * compute-type buffer (f32, or f64 for f64 inputs); statistics use two passes
  * for stability. */
 #include "internal.h"
+#include "kernel_hooks.h"
 
-static int ct_size(int dtype) { return dtype == CD_f64 ? 8 : 4; }
-
-/* Loads n elements (stride s) of dtype into a compute-type buffer. */
-static void load_row(int dtype, const char *x, int64_t n, int64_t s, void *dst) {
-    switch (dtype) {
-    case CD_bf16:
-        for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = cd_bf16_to_f32(((const uint16_t *)x)[i * s]);
-        break;
-    case CD_f16:
-        for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = cd_f16_to_f32(((const uint16_t *)x)[i * s]);
-        break;
-    case CD_f32:
-        if (s == 1) memcpy(dst, x, (size_t)n * 4);
-        else cd_gather_run(4, n, x, s, dst);
-        break;
-    default:
-        if (s == 1) memcpy(dst, x, (size_t)n * 8);
-        else cd_gather_run(8, n, x, s, dst);
-        break;
+/* Scalar f32 row kernels; vmath_<isa>.c installs vectorized ones at load. */
+static void softmax_row_scalar(const float *x, float *y, int64_t n, int take_log) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx || x[i] != x[i] ? x[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float e = expf(x[i] - mx);
+        sum += e;
+        if (!take_log) y[i] = e;
+    }
+    if (take_log) {
+        float lse = mx + (float)log(sum);
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] - lse;
+    } else {
+        float inv = (float)(1.0 / sum);
+        for (int64_t i = 0; i < n; i++) y[i] *= inv;
     }
 }
 
-static void store_row(int dtype, const void *src, int64_t n, char *out) {
-    switch (dtype) {
-    case CD_bf16: cd_f32_to_bf16_n(n, src, (uint16_t *)out); break;
-    case CD_f16: cd_f32_to_f16_n(n, src, (uint16_t *)out); break;
-    default: memcpy(out, src, (size_t)(n * cd_dtype_size(dtype))); break;
+static void norm_row_scalar(const float *x, float *y, int64_t n, const float *w, const float *b, float eps, int rms) {
+    double mean = 0, var = 0;
+    if (!rms) {
+        for (int64_t i = 0; i < n; i++) mean += x[i];
+        mean /= (double)n;
+    }
+    for (int64_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+    float scale = (float)(1.0 / sqrt(var / (double)n + eps)), m = (float)mean;
+    for (int64_t i = 0; i < n; i++) {
+        float v = (x[i] - m) * scale * w[i];
+        y[i] = b ? v + b[i] : v;
     }
 }
 
-#define GEN_SOFTMAX(T, S)                                                    \
-    static void softmax_##T(T *v, int64_t n, int take_log) {                   \
-        T mx = -INFINITY;                                                    \
-        for (int64_t i = 0; i < n; i++) mx = v[i] > mx || v[i] != v[i] ? v[i] : mx; \
-        double sum = 0;                                                      \
-        if (take_log) {                                                      \
-            for (int64_t i = 0; i < n; i++) sum += exp##S(v[i] - mx);       \
-            T lse = mx + (T)log(sum);                                       \
-            for (int64_t i = 0; i < n; i++) v[i] -= lse;                     \
-        } else {                                                             \
-            for (int64_t i = 0; i < n; i++) {                                \
-                v[i] = exp##S(v[i] - mx);                                    \
-                sum += v[i];                                                 \
-            }                                                                \
-            T inv = (T)(1.0 / sum);                                          \
-            for (int64_t i = 0; i < n; i++) v[i] *= inv;                     \
-        }                                                                    \
-    }
-GEN_SOFTMAX(float, f)
-GEN_SOFTMAX(double, )
+static cd_softmax_row_fn softmax_row_f32 = softmax_row_scalar;
+static cd_norm_row_fn norm_row_f32 = norm_row_scalar;
 
-#define GEN_NORM(T, S)                                                                    \
-    static void norm_##T(T *v, int64_t n, const T *w, const T *b, double eps, int rms) {  \
-        double mean = 0, var = 0;                                                         \
-        if (!rms) {                                                                       \
-            for (int64_t i = 0; i < n; i++) mean += v[i];                                 \
-            mean /= (double)n;                                                            \
-        }                                                                                 \
-        for (int64_t i = 0; i < n; i++) {                                                 \
-            double d = v[i] - mean;                                                       \
-            var += d * d;                                                                 \
-        }                                                                                 \
-        T scale = (T)(1.0 / sqrt(var / (double)n + eps)), m = (T)mean;                   \
-        for (int64_t i = 0; i < n; i++) {                                                 \
-            T y = (v[i] - m) * scale * w[i];                                              \
-            v[i] = b ? y + b[i] : y;                                                      \
-        }                                                                                 \
+void cd_set_row_kernels(cd_softmax_row_fn softmax, cd_norm_row_fn norm) {
+    softmax_row_f32 = softmax;
+    norm_row_f32 = norm;
+}
+
+/* f64 rows, in place. */
+static void softmax_row_f64(double *v, int64_t n, int take_log) {
+    double mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) mx = v[i] > mx || v[i] != v[i] ? v[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += take_log ? exp(v[i] - mx) : (v[i] = exp(v[i] - mx));
+    if (take_log) {
+        double lse = mx + log(sum);
+        for (int64_t i = 0; i < n; i++) v[i] -= lse;
+    } else {
+        for (int64_t i = 0; i < n; i++) v[i] /= sum;
     }
-GEN_NORM(float, f)
-GEN_NORM(double, )
+}
+
+static void norm_row_f64(double *v, int64_t n, const double *w, const double *b, double eps, int rms) {
+    double mean = 0, var = 0;
+    if (!rms) {
+        for (int64_t i = 0; i < n; i++) mean += v[i];
+        mean /= (double)n;
+    }
+    for (int64_t i = 0; i < n; i++) var += (v[i] - mean) * (v[i] - mean);
+    double scale = 1.0 / sqrt(var / (double)n + eps);
+    for (int64_t i = 0; i < n; i++) {
+        double y = (v[i] - mean) * scale * w[i];
+        v[i] = b ? y + b[i] : y;
+    }
+}
 
 enum { ROW_SOFTMAX, ROW_NORM };
 
@@ -87,23 +86,34 @@ typedef struct {
     double eps;
 } row_ctx;
 
+/* One row of f32 values (src) into f32 dst (may alias). */
+static void row_f32(const row_ctx *c, const float *src, float *dst) {
+    if (c->kind == ROW_SOFTMAX) softmax_row_f32(src, dst, c->n, c->log);
+    else norm_row_f32(src, dst, c->n, c->w, c->b, (float)c->eps, c->rms);
+}
+
 static int row_task(void *vctx, int64_t begin, int64_t end) {
     const row_ctx *c = vctx;
     const int isz = cd_dtype_size(c->dtype);
-    void *buf = cd_scratch(c->n * ct_size(c->dtype));
+    void *buf = cd_scratch(c->n * cd_ct_size(c->dtype));
     if (!buf) return -1;
     cd_pos pos;
     cd_iter_seek(&c->rows, &pos, begin);
     for (int64_t r = begin; r < end; r++) {
-        load_row(c->dtype, c->x + pos.off[0] * isz, c->n, c->xs, buf);
-        if (c->kind == ROW_SOFTMAX) {
-            if (c->dtype == CD_f64) softmax_double(buf, c->n, c->log);
-            else softmax_float(buf, c->n, c->log);
+        const char *x = c->x + pos.off[0] * isz;
+        char *out = c->out + r * c->n * isz;
+        if (c->dtype == CD_f64) {
+            cd_load_ct(c->dtype, x, c->n, c->xs, buf);
+            if (c->kind == ROW_SOFTMAX) softmax_row_f64(buf, c->n, c->log);
+            else norm_row_f64(buf, c->n, c->w, c->b, c->eps, c->rms);
+            cd_store_ct(c->dtype, buf, c->n, out);
+        } else if (c->dtype == CD_f32 && c->xs == 1) {
+            row_f32(c, (const float *)x, (float *)out);
         } else {
-            if (c->dtype == CD_f64) norm_double(buf, c->n, c->w, c->b, c->eps, c->rms);
-            else norm_float(buf, c->n, c->w, c->b, c->eps, c->rms);
+            cd_load_ct(c->dtype, x, c->n, c->xs, buf);
+            row_f32(c, buf, buf);
+            cd_store_ct(c->dtype, buf, c->n, out);
         }
-        store_row(c->dtype, buf, c->n, c->out + r * c->n * isz);
         cd_iter_advance(&c->rows, &pos, 1);
     }
     cd_scratch_free(buf);
@@ -143,13 +153,13 @@ int cd_norm_last(int32_t dtype, const int64_t *lay, const void *x, const void *w
     if (init_rows(&c, lay)) return -1;
     if (c.n == 0) return 0;
     /* Weights in the compute type, once. */
-    char *params = cd_scratch(2 * c.n * ct_size(dtype));
+    char *params = cd_scratch(2 * c.n * cd_ct_size(dtype));
     if (!params) return -1;
-    load_row(dtype, w, c.n, 1, params);
+    cd_load_ct(dtype, w, c.n, 1, params);
     c.w = params;
     if (b && !rms) {
-        load_row(dtype, b, c.n, 1, params + c.n * ct_size(dtype));
-        c.b = params + c.n * ct_size(dtype);
+        cd_load_ct(dtype, b, c.n, 1, params + c.n * cd_ct_size(dtype));
+        c.b = params + c.n * cd_ct_size(dtype);
     }
     int rc = run_rows(&c);
     cd_scratch_free(params);
@@ -179,7 +189,7 @@ GEN_ROPE_ROW(double)
 
 static int rope_task(void *vctx, int64_t begin, int64_t end) {
     const rope_ctx *c = vctx;
-    const int isz = cd_dtype_size(c->dtype), csz = ct_size(c->dtype);
+    const int isz = cd_dtype_size(c->dtype), csz = cd_ct_size(c->dtype);
     const int64_t d = c->d, half = d / 2;
     /* x row, output row, cos row, sin row in the compute type */
     char *buf = cd_scratch(3 * d * csz);
@@ -188,12 +198,12 @@ static int rope_task(void *vctx, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; r++) { /* r = (bi * h + hi) * t + ti */
         int64_t ti = r % c->t, hi = (r / c->t) % c->h, bi = r / (c->t * c->h);
         int64_t cs_row = ((c->per_batch ? bi * c->t : 0) + ti) * half;
-        load_row(c->dtype, c->x + (bi * c->xs[0] + hi * c->xs[1] + ti * c->xs[2]) * isz, d, c->xs[3], v);
-        load_row(c->dtype, c->cos + cs_row * isz, half, 1, co);
-        load_row(c->dtype, c->sin + cs_row * isz, half, 1, si);
+        cd_load_ct(c->dtype, c->x + (bi * c->xs[0] + hi * c->xs[1] + ti * c->xs[2]) * isz, d, c->xs[3], v);
+        cd_load_ct(c->dtype, c->cos + cs_row * isz, half, 1, co);
+        cd_load_ct(c->dtype, c->sin + cs_row * isz, half, 1, si);
         if (c->dtype == CD_f64) rope_row_double((double *)v, (double *)co, (double *)si, (double *)o, half, c->interleaved);
         else rope_row_float((float *)v, (float *)co, (float *)si, (float *)o, half, c->interleaved);
-        store_row(c->dtype, o, d, c->out + r * d * isz);
+        cd_store_ct(c->dtype, o, d, c->out + r * d * isz);
     }
     cd_scratch_free(buf);
     return 0;

@@ -9,6 +9,33 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "kernel_hooks.h"
+
+/* Contiguous f32 runs; vmath_<isa>.c installs vectorized versions at load. */
+static double sum_f32_scalar(const float *x, int64_t n) {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) s0 += x[i], s1 += x[i + 1], s2 += x[i + 2], s3 += x[i + 3];
+    for (; i < n; i++) s0 += x[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+static float extreme_f32_scalar(const float *x, int64_t n, int is_max) {
+    float r = x[0];
+    for (int64_t i = 0; i < n; i++) {
+        if (x[i] != x[i]) return x[i];
+        if (is_max ? x[i] > r : x[i] < r) r = x[i];
+    }
+    return r;
+}
+
+static cd_sum_f32_fn sum_f32 = sum_f32_scalar;
+static cd_extreme_f32_fn extreme_f32 = extreme_f32_scalar;
+
+void cd_set_reduce_kernels(cd_sum_f32_fn sum, cd_extreme_f32_fn extreme) {
+    sum_f32 = sum;
+    extreme_f32 = extreme;
+}
 
 typedef struct {
     double f;     /* float sum/prod or best value */
@@ -106,7 +133,23 @@ GEN_RUN(f16, 1)
 GEN_RUN(f32, 1)
 GEN_RUN(f64, 1)
 
+/* max/min (not arg) of a contiguous f32 run: one vector pass, then the fold
+ * of the scalar loop (NaN wins). */
+static void run_f32_contig(int op, const float *x, int64_t n, acc_t *a) {
+    if (op == CD_REDUCE_sum) {
+        a->f += sum_f32(x, n);
+        return;
+    }
+    double v = extreme_f32(x, n, op == CD_REDUCE_max);
+    if (!a->has || (a->f == a->f && (v != v || (op == CD_REDUCE_max ? v > a->f : v < a->f)))) a->f = v;
+    a->has = 1;
+}
+
 static void run_any(int dtype, int op, const char *x, int64_t n, int64_t s, int64_t base, acc_t *a) {
+    if (dtype == CD_f32 && s == 1 && n > 0 && (op == CD_REDUCE_sum || op == CD_REDUCE_max || op == CD_REDUCE_min)) {
+        run_f32_contig(op, (const float *)x, n, a);
+        return;
+    }
     switch (dtype) {
 #define CD_X(name, code, type) \
     case code: run_##name(op, (const type *)x, n, s, base, a); return;

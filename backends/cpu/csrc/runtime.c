@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "internal.h"
+#include "kernel_hooks.h"
 
 int cd_abi_version(void) { return CD_ABI_VERSION; }
 
@@ -82,16 +83,6 @@ int64_t cd_load_index(int32_t id_dtype, const void *ids, int64_t i) {
     case CD_i32: return ((const int32_t *)ids)[i];
     default: return ((const int64_t *)ids)[i];
     }
-}
-
-/* ---- instruction set ------------------------------------------------------ */
-const char *cd_isa(void) {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        return "avx512";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "avx2";
-    return "scalar";
 }
 
 /* ---- allocator -------------------------------------------------------------
@@ -196,18 +187,31 @@ void cd_free(void *p) {
 void *cd_scratch(int64_t nbytes) { return cd_alloc(nbytes); }
 void cd_scratch_free(void *p) { cd_free(p); }
 
-/* ---- half-precision blocks ---------------------------------------------- */
-void cd_f16_to_f32_n(int64_t n, const uint16_t *src, float *dst) {
+/* ---- half-precision blocks ----------------------------------------------
+ * Scalar here; vmath_<isa>.c installs F16C / AVX-512 versions at load. */
+static void f16_up(int64_t n, const uint16_t *src, float *dst) {
     for (int64_t i = 0; i < n; i++) dst[i] = cd_f16_to_f32(src[i]);
 }
-void cd_f32_to_f16_n(int64_t n, const float *src, uint16_t *dst) {
+static void f16_down(int64_t n, const float *src, uint16_t *dst) {
     for (int64_t i = 0; i < n; i++) dst[i] = cd_f32_to_f16(src[i]);
 }
-void cd_bf16_to_f32_n(int64_t n, const uint16_t *src, float *dst) {
+static void bf16_up(int64_t n, const uint16_t *src, float *dst) {
     for (int64_t i = 0; i < n; i++) dst[i] = cd_bf16_to_f32(src[i]);
 }
-void cd_f32_to_bf16_n(int64_t n, const float *src, uint16_t *dst) {
+static void bf16_down(int64_t n, const float *src, uint16_t *dst) {
     for (int64_t i = 0; i < n; i++) dst[i] = cd_f32_to_bf16(src[i]);
+}
+cd_half_to_f32 cd_f16_to_f32_n = f16_up;
+cd_f32_to_half cd_f32_to_f16_n = f16_down;
+cd_half_to_f32 cd_bf16_to_f32_n = bf16_up;
+cd_f32_to_half cd_f32_to_bf16_n = bf16_down;
+
+void cd_set_half_converters(cd_half_to_f32 f16_to_f32, cd_f32_to_half f32_to_f16, cd_half_to_f32 bf16_to_f32,
+                            cd_f32_to_half f32_to_bf16) {
+    cd_f16_to_f32_n = f16_to_f32;
+    cd_f32_to_f16_n = f32_to_f16;
+    cd_bf16_to_f32_n = bf16_to_f32;
+    cd_f32_to_bf16_n = f32_to_bf16;
 }
 
 /* ---- strided iteration ------------------------------------------------------ */
@@ -305,5 +309,35 @@ void cd_scatter_run(int isz, int64_t n, const char *src, char *dst, int64_t stri
     case 2: for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i * stride] = ((const uint16_t *)src)[i]; break;
     case 4: for (int64_t i = 0; i < n; i++) ((uint32_t *)dst)[i * stride] = ((const uint32_t *)src)[i]; break;
     default: for (int64_t i = 0; i < n; i++) ((uint64_t *)dst)[i * stride] = ((const uint64_t *)src)[i]; break;
+    }
+}
+
+/* ---- compute-type rows ---------------------------------------------------------- */
+int cd_ct_size(int dtype) { return dtype == CD_f64 ? 8 : 4; }
+
+void cd_load_ct(int dtype, const char *x, int64_t n, int64_t s, void *dst) {
+    switch (dtype) {
+    case CD_bf16:
+        for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = cd_bf16_to_f32(((const uint16_t *)x)[i * s]);
+        break;
+    case CD_f16:
+        for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = cd_f16_to_f32(((const uint16_t *)x)[i * s]);
+        break;
+    case CD_f32:
+        if (s == 1) memcpy(dst, x, (size_t)n * 4);
+        else cd_gather_run(4, n, x, s, dst);
+        break;
+    default:
+        if (s == 1) memcpy(dst, x, (size_t)n * 8);
+        else cd_gather_run(8, n, x, s, dst);
+        break;
+    }
+}
+
+void cd_store_ct(int dtype, const void *src, int64_t n, char *out) {
+    switch (dtype) {
+    case CD_bf16: cd_f32_to_bf16_n(n, src, (uint16_t *)out); break;
+    case CD_f16: cd_f32_to_f16_n(n, src, (uint16_t *)out); break;
+    default: memcpy(out, src, (size_t)(n * cd_dtype_size(dtype))); break;
     }
 }

@@ -3,23 +3,29 @@
  * One caller at a time owns the pool (a trylock); a second Python thread that
  * calls a kernel meanwhile, or a kernel nested inside a pool task, runs its work
  * on its own thread instead of waiting. Work is cut into chunks whose size
- * depends only on n and grain, never on the thread count, and chunks are taken
- * dynamically, so results are identical whatever the number of threads.
- * Workers spin briefly after a job before sleeping, so back-to-back ops do not
- * pay a wake-up each. */
+ * depends only on n and grain, never on the thread count, so results are
+ * identical whatever the number of threads.
+ *
+ * The job lives in one static slot and workers take chunks from it as they
+ * arrive; the caller takes chunks too and returns as soon as every chunk is
+ * done. It never waits for a worker to wake up: a worker that arrives late
+ * finds no chunk left (waking a sleeping vCPU can take a millisecond in a VM).
+ * Workers spin for CANDLE_SPIN_US microseconds (default 5000) after a job
+ * before sleeping, so back-to-back ops find them awake. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
 
 #define MAX_THREADS 256
 #define MAX_CHUNKS 256
-#define SPIN_ITERS 20000
+#define DEFAULT_SPIN_US 5000
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -30,27 +36,25 @@ static inline void cpu_relax(void) {
 typedef struct {
     cd_task_fn fn;
     void *ctx;
-    int64_t n, chunk, nchunks;
-    atomic_llong next;
+    int64_t n, chunk;     /* read only after taking a chunk, which orders them */
+    atomic_llong nchunks; /* read before: atomic */
+    atomic_int helpers;   /* workers 0..helpers-1 take part */
+    atomic_llong next;    /* next chunk to take */
+    atomic_llong done;    /* chunks finished */
     atomic_int status;
     char err[512];
 } job_t;
 
-typedef struct {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    atomic_ullong go;   /* generation this worker was asked to run */
-    atomic_ullong done; /* last generation it finished */
-    job_t *job;
-} worker_t;
-
+static job_t job;                          /* the current job (guarded by pool_owner) */
+static atomic_ullong job_generation;       /* bumped when a job is posted */
 static pthread_mutex_t pool_owner = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t sleep_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sleep_cv = PTHREAD_COND_INITIALIZER;
+static atomic_int sleepers;
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
-static worker_t workers[MAX_THREADS];
-static int n_workers;         /* threads started */
-static atomic_int n_threads;  /* configured, including the caller; 0 = not read yet */
-static unsigned long long generation;
+static int n_workers;                      /* threads started */
+static atomic_int n_threads;               /* configured, including the caller; 0 = not read yet */
+static int64_t spin_ns = -1;
 static __thread int inside_task;
 
 static int default_threads(void) {
@@ -69,9 +73,8 @@ static int default_threads(void) {
 int cd_num_threads(void) {
     int n = atomic_load(&n_threads);
     if (n == 0) {
-        int d = default_threads();
         int expected = 0;
-        atomic_compare_exchange_strong(&n_threads, &expected, d);
+        atomic_compare_exchange_strong(&n_threads, &expected, default_threads());
         n = atomic_load(&n_threads);
     }
     return n;
@@ -85,56 +88,71 @@ int cd_set_num_threads(int n) {
     return 0;
 }
 
-static void run_chunks(job_t *job) {
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Takes and runs chunks of the current job until none is left. Fields are read
+ * after taking a chunk, so a worker that arrives between two jobs works on
+ * whichever job the chunk belongs to. */
+static void run_chunks(void) {
     for (;;) {
-        int64_t c = atomic_fetch_add(&job->next, 1);
-        if (c >= job->nchunks) return;
-        int64_t begin = c * job->chunk, end = CD_MIN(job->n, begin + job->chunk);
-        int rc = job->fn(job->ctx, begin, end);
+        int64_t c = atomic_fetch_add(&job.next, 1);
+        if (c >= atomic_load_explicit(&job.nchunks, memory_order_relaxed)) return;
+        int64_t begin = c * job.chunk, end = CD_MIN(job.n, begin + job.chunk);
+        int rc = job.fn(job.ctx, begin, end);
         if (rc != 0) {
             int expected = 0;
-            if (atomic_compare_exchange_strong(&job->status, &expected, rc))
-                snprintf(job->err, sizeof job->err, "%s", cd_last_error());
+            if (atomic_compare_exchange_strong(&job.status, &expected, rc))
+                snprintf(job.err, sizeof job.err, "%s", cd_last_error());
         }
+        atomic_fetch_add_explicit(&job.done, 1, memory_order_release);
     }
 }
 
 static void *worker_main(void *arg) {
-    worker_t *w = arg;
-    /* go was 0 when the thread was created; the first job may already be
-     * posted by the time this runs, so never read the start value from go. */
+    const int index = (int)(intptr_t)arg;
     unsigned long long seen = 0;
     inside_task = 1;
     for (;;) {
-        unsigned long long g;
-        int spins = 0;
-        while ((g = atomic_load_explicit(&w->go, memory_order_acquire)) == seen && spins < SPIN_ITERS) {
-            cpu_relax();
-            spins++;
+        unsigned long long g = atomic_load_explicit(&job_generation, memory_order_acquire);
+        if (g == seen) {
+            int64_t deadline = now_ns() + spin_ns;
+            int spins = 0;
+            while ((g = atomic_load_explicit(&job_generation, memory_order_acquire)) == seen) {
+                cpu_relax();
+                if (++spins == 256) {
+                    spins = 0;
+                    if (now_ns() > deadline) break;
+                }
+            }
         }
         if (g == seen) {
-            pthread_mutex_lock(&w->mu);
-            while ((g = atomic_load(&w->go)) == seen) pthread_cond_wait(&w->cv, &w->mu);
-            pthread_mutex_unlock(&w->mu);
+            pthread_mutex_lock(&sleep_mu);
+            atomic_fetch_add(&sleepers, 1);
+            while ((g = atomic_load(&job_generation)) == seen) pthread_cond_wait(&sleep_cv, &sleep_mu);
+            atomic_fetch_sub(&sleepers, 1);
+            pthread_mutex_unlock(&sleep_mu);
         }
         seen = g;
-        run_chunks(w->job);
-        atomic_store_explicit(&w->done, g, memory_order_release);
+        if (index < atomic_load_explicit(&job.helpers, memory_order_relaxed)) run_chunks();
     }
     return NULL;
 }
 
-/* Start workers up to `want`; returns how many are running. */
+/* Starts workers up to `want`; returns how many run. */
 static int ensure_workers(int want) {
     pthread_mutex_lock(&config_lock);
+    if (spin_ns < 0) {
+        const char *env = getenv("CANDLE_SPIN_US");
+        spin_ns = (env && *env ? atoll(env) : DEFAULT_SPIN_US) * 1000;
+    }
     while (n_workers < want) {
-        worker_t *w = &workers[n_workers];
-        pthread_mutex_init(&w->mu, NULL);
-        pthread_cond_init(&w->cv, NULL);
-        atomic_store(&w->go, 0);
-        atomic_store(&w->done, 0);
-        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) break;
-        pthread_detach(w->thread);
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, worker_main, (void *)(intptr_t)n_workers) != 0) break;
+        pthread_detach(thread);
         n_workers++;
     }
     int n = n_workers;
@@ -145,9 +163,11 @@ static int ensure_workers(int want) {
 /* A forked child has none of the parent's threads: start again from scratch. */
 static void after_fork_child(void) {
     n_workers = 0;
-    generation = 0;
+    atomic_store(&sleepers, 0);
     pthread_mutex_init(&pool_owner, NULL);
     pthread_mutex_init(&config_lock, NULL);
+    pthread_mutex_init(&sleep_mu, NULL);
+    pthread_cond_init(&sleep_cv, NULL);
 }
 
 __attribute__((constructor)) static void register_fork_handler(void) {
@@ -173,33 +193,32 @@ int cd_parallel_for(int64_t n, int64_t grain, cd_task_fn fn, void *ctx) {
         }
         return 0;
     }
-    job_t job;
+    int helpers = (int)CD_MIN((int64_t)threads - 1, nchunks - 1);
+    helpers = CD_MIN(helpers, ensure_workers(helpers));
     job.fn = fn;
     job.ctx = ctx;
     job.n = n;
     job.chunk = chunk;
-    job.nchunks = nchunks;
-    atomic_init(&job.next, 0);
-    atomic_init(&job.status, 0);
+    atomic_store_explicit(&job.nchunks, nchunks, memory_order_relaxed);
+    atomic_store_explicit(&job.helpers, helpers, memory_order_relaxed);
+    atomic_store(&job.status, 0);
     job.err[0] = 0;
-    int helpers = (int)CD_MIN((int64_t)threads - 1, nchunks - 1);
-    helpers = CD_MIN(helpers, ensure_workers(helpers));
-    unsigned long long g = ++generation;
-    for (int i = 0; i < helpers; i++) {
-        worker_t *w = &workers[i];
-        w->job = &job;
-        pthread_mutex_lock(&w->mu);
-        atomic_store_explicit(&w->go, g, memory_order_release);
-        pthread_cond_signal(&w->cv);
-        pthread_mutex_unlock(&w->mu);
+    atomic_store(&job.done, 0);
+    atomic_store_explicit(&job.next, 0, memory_order_release);
+    atomic_fetch_add_explicit(&job_generation, 1, memory_order_release);
+    if (atomic_load(&sleepers) > 0) {
+        pthread_mutex_lock(&sleep_mu);
+        pthread_cond_broadcast(&sleep_cv);
+        pthread_mutex_unlock(&sleep_mu);
     }
     inside_task = 1;
-    run_chunks(&job);
+    run_chunks();
     inside_task = 0;
-    for (int i = 0; i < helpers; i++)
-        while (atomic_load_explicit(&workers[i].done, memory_order_acquire) != g) cpu_relax();
-    pthread_mutex_unlock(&pool_owner);
+    while (atomic_load_explicit(&job.done, memory_order_acquire) < nchunks) cpu_relax();
     int rc = atomic_load(&job.status);
     if (rc != 0) cd_fail("%s", job.err);
+    /* Nothing may take a chunk of this job from now on. */
+    atomic_store(&job.next, INT64_MAX / 2);
+    pthread_mutex_unlock(&pool_owner);
     return rc;
 }

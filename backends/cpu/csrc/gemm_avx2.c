@@ -1,0 +1,119 @@
+/* GEMM microkernels for AVX2 + FMA (the driver is gemm_impl.h).
+ *
+ * f32: a 6 x 16 tile in 12 ymm accumulators (two B vectors and one broadcast
+ * per k, the classic Haswell shape that fits 16 registers); f64: 6 x 8. Edge
+ * tiles go through a small buffer. */
+#include <immintrin.h>
+
+#include "internal.h"
+
+#define ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+
+#define DECL(i) V c##i##_0 = ZERO(), c##i##_1 = ZERO();
+#define STEP(i)                                 \
+    {                                           \
+        const V ai = SET1(a[i]);                \
+        c##i##_0 = FMADD(ai, b0, c##i##_0);     \
+        c##i##_1 = FMADD(ai, b1, c##i##_1);     \
+    }
+#define SPILL(i)                             \
+    STOREU(tile + (i) * 2 * W, c##i##_0);    \
+    STOREU(tile + (i) * 2 * W + W, c##i##_1);
+#define MICRO_BODY                                                                          \
+    ROWS6(DECL)                                                                             \
+    for (int64_t p = 0; p < kc; p++, a += 6, b += 2 * W) {                                  \
+        const V b0 = LOADU(b), b1 = LOADU(b + W);                                           \
+        ROWS6(STEP)                                                                         \
+    }                                                                                       \
+    T tile[6 * 2 * W];                                                                      \
+    ROWS6(SPILL)                                                                            \
+    for (int i = 0; i < mr; i++)                                                            \
+        for (int j = 0; j < nr; j++)                                                        \
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i * 2 * W + j] : tile[i * 2 * W + j];
+
+#define T float
+#define V __m256
+#define W 8
+#define ZERO _mm256_setzero_ps
+#define LOADU _mm256_loadu_ps
+#define STOREU _mm256_storeu_ps
+#define SET1 _mm256_set1_ps
+#define FMADD _mm256_fmadd_ps
+static void micro_f32(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c, int64_t ldc,
+                      int mr, int nr, int accumulate) {
+    MICRO_BODY
+}
+#undef T
+#undef V
+#undef W
+#undef ZERO
+#undef LOADU
+#undef STOREU
+#undef SET1
+#undef FMADD
+
+#define T double
+#define V __m256d
+#define W 4
+#define ZERO _mm256_setzero_pd
+#define LOADU _mm256_loadu_pd
+#define STOREU _mm256_storeu_pd
+#define SET1 _mm256_set1_pd
+#define FMADD _mm256_fmadd_pd
+static void micro_f64(int64_t kc, const double *restrict a, const double *restrict b, double *restrict c,
+                      int64_t ldc, int mr, int nr, int accumulate) {
+    MICRO_BODY
+}
+#undef T
+#undef V
+#undef W
+#undef ZERO
+#undef LOADU
+#undef STOREU
+#undef SET1
+#undef FMADD
+
+/* ---- transposing pack: dst[p * W + i] = src[i * ld + p], i < w <= W, p < kc ----
+ * 8 x 8 blocks transposed in registers, partial blocks element by element. */
+static inline void transpose8(__m256 *r) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
+}
+
+static void tpack_f32(const float *src, int64_t ld, int w, int64_t kc, int W, float *dst) {
+    for (int i0 = 0; i0 < W; i0 += 8) {
+        const int rows = CD_MAX(0, CD_MIN(8, w - i0)), lanes = CD_MIN(8, W - i0);
+        int64_t p0 = 0;
+        for (; lanes == 8 && rows == 8 && p0 + 8 <= kc; p0 += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (i0 + i) * ld + p0);
+            transpose8(r);
+            for (int j = 0; j < 8; j++) _mm256_storeu_ps(dst + (p0 + j) * W + i0, r[j]);
+        }
+        for (; p0 < kc; p0++)
+            for (int i = 0; i < lanes; i++) dst[p0 * W + i0 + i] = i < rows ? src[(i0 + i) * ld + p0] : 0.0f;
+    }
+}
+
+#define GEMM_OPS cd_gemm_avx2
+#define GEMM_ISA "avx2"
+#define F32_MR 6
+#define F32_NR 16
+#define F32_KC 512
+#define F64_MR 6
+#define F64_NR 8
+#define F64_KC 512
+#include "gemm_impl.h"

@@ -1,0 +1,458 @@
+/* The GEMM driver, compiled once per instruction set (included by
+ * gemm_generic.c, gemm_avx2.c and gemm_avx512.c). The including file defines:
+ *
+ *   GEMM_OPS              the cd_gemm_ops object to define (cd_gemm_avx512...)
+ *   GEMM_ISA              its name
+ *   F32_MR, F32_NR        the f32 register tile, and micro_f32()
+ *   F64_MR, F64_NR        the f64 register tile, and micro_f64()
+ *   F32_KC, F64_KC        the depth of a K slice
+ *
+ * MC and NC are sized at run time from this CPU's caches (cd_cache_bytes):
+ * an MC x KC block of A takes a sixth of L2, leaving room for the B micro-
+ * panels streaming through it and for C; a KC x NC block of B takes an eighth
+ * of L3. A sweep on Zen 4 (1 MiB L2) found the deepest KC that keeps these
+ * blocks in their caches fastest (KC 1024, MC 42 for f32): fewer passes over C.
+ *
+ * micro_T(kc, a_panel, b_panel, c, ldc, mr, nr, accumulate) computes an
+ * mr x nr (<= MR x NR) tile of C = (accumulate ? C : 0) + A_panel @ B_panel.
+ *
+ * Blocking follows BLIS: for each NC-wide block of columns and KC-deep slice
+ * of K, B is packed into NR-wide panels (shared by all threads); each thread
+ * then packs MC-row blocks of A into MR-row panels and runs the microkernel
+ * over its share of the tiles. Threads split M or N, never K, so every element
+ * of C is computed by the same sequence of operations whatever the thread
+ * count. Rows or columns of one (m == 1 or n == 1) take a GEMV path that
+ * streams the matrix without packing it. */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "gemm.h"
+#include "internal.h"
+
+/* Per-thread buffers for packed blocks (slot 0: A, slot 1: B), kept between
+ * calls (small products are frequent) and freed when the thread exits. */
+enum { BUF_A, BUF_B, BUF_SLOTS };
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+
+typedef struct {
+    void *ptr[BUF_SLOTS];
+    int64_t cap[BUF_SLOTS];
+} tl_buffers;
+
+static void free_tl_buffers(void *p) {
+    tl_buffers *b = p;
+    for (int i = 0; i < BUF_SLOTS; i++) cd_scratch_free(b->ptr[i]);
+    free(b);
+}
+
+static void make_buf_key(void) { pthread_key_create(&buf_key, free_tl_buffers); }
+
+static void *thread_buffer(int slot, int64_t nbytes) {
+    pthread_once(&buf_once, make_buf_key);
+    tl_buffers *b = pthread_getspecific(buf_key);
+    if (!b) {
+        b = calloc(1, sizeof *b);
+        if (!b) {
+            cd_fail("out of memory");
+            return NULL;
+        }
+        pthread_setspecific(buf_key, b);
+    }
+    if (b->cap[slot] < nbytes) {
+        cd_scratch_free(b->ptr[slot]);
+        b->ptr[slot] = cd_scratch(nbytes);
+        b->cap[slot] = b->ptr[slot] ? nbytes : 0;
+    }
+    return b->ptr[slot];
+}
+
+/* ---- packing -------------------------------------------------------------------
+ * Panels are k-major: an A panel holds MR values per k, a B panel NR values per
+ * k, zero-padded past the matrix edge. Loops read along whichever dimension of
+ * the source is contiguous. */
+#define GEN_PACK(T, MR, NR, SRC, SRCT, LD)                                                           \
+    static void pack_a_##T##_##SRC(const SRCT *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc,    \
+                                   T *dst) {                                                         \
+        for (int64_t i = 0; i < mc; i += MR, dst += MR * kc) {                                       \
+            int64_t mr = CD_MIN(MR, mc - i);                                                         \
+            const SRCT *ai = a + i * rs;                                                             \
+            if (cs == 1) {                                                                           \
+                for (int64_t r = 0; r < mr; r++)                                                     \
+                    for (int64_t p = 0; p < kc; p++) dst[p * MR + r] = (T)LD(ai[r * rs + p]);       \
+                for (int64_t r = mr; r < MR; r++)                                                    \
+                    for (int64_t p = 0; p < kc; p++) dst[p * MR + r] = 0;                            \
+            } else {                                                                                 \
+                for (int64_t p = 0; p < kc; p++) {                                                   \
+                    int64_t r = 0;                                                                   \
+                    for (; r < mr; r++) dst[p * MR + r] = (T)LD(ai[r * rs + p * cs]);                \
+                    for (; r < MR; r++) dst[p * MR + r] = 0;                                         \
+                }                                                                                    \
+            }                                                                                        \
+        }                                                                                            \
+    }                                                                                                \
+    static void pack_b_##T##_##SRC(const SRCT *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc,    \
+                                   T *dst) {                                                         \
+        for (int64_t j = 0; j < nc; j += NR, dst += NR * kc) {                                       \
+            int64_t nr = CD_MIN(NR, nc - j);                                                         \
+            const SRCT *bj = b + j * cs;                                                             \
+            if (cs == 1 || rs != 1) {                                                                \
+                for (int64_t p = 0; p < kc; p++) {                                                   \
+                    int64_t c = 0;                                                                   \
+                    for (; c < nr; c++) dst[p * NR + c] = (T)LD(bj[p * rs + c * cs]);                \
+                    for (; c < NR; c++) dst[p * NR + c] = 0;                                         \
+                }                                                                                    \
+            } else {                                                                                 \
+                for (int64_t c = 0; c < nr; c++)                                                     \
+                    for (int64_t p = 0; p < kc; p++) dst[p * NR + c] = (T)LD(bj[c * cs + p]);       \
+                for (int64_t c = nr; c < NR; c++)                                                    \
+                    for (int64_t p = 0; p < kc; p++) dst[p * NR + c] = 0;                            \
+            }                                                                                        \
+        }                                                                                            \
+    }
+
+#define LD_SAME(v) (v)
+GEN_PACK(float, F32_MR, F32_NR, f32_any, float, LD_SAME)
+
+/* f32 panels from a contiguous dimension: plain copies, or the including file's
+ * tpack_f32 (a register transpose) when the contiguous dim runs along k. */
+static void copy_rows(const float *src, int64_t stride, int64_t kc, int w, int W, float *dst) {
+    for (int64_t p = 0; p < kc; p++) {
+        memcpy(dst + p * W, src + p * stride, (size_t)w * sizeof(float));
+        memset(dst + p * W + w, 0, (size_t)(W - w) * sizeof(float));
+    }
+}
+
+static void pack_a_float_f32(const float *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, float *dst) {
+    if (cs != 1 && rs != 1) {
+        pack_a_float_f32_any(a, rs, cs, mc, kc, dst);
+        return;
+    }
+    for (int64_t i = 0; i < mc; i += F32_MR, dst += F32_MR * kc) {
+        int mr = (int)CD_MIN(F32_MR, mc - i);
+        if (cs == 1) tpack_f32(a + i * rs, rs, mr, kc, F32_MR, dst);
+        else copy_rows(a + i, cs, kc, mr, F32_MR, dst);
+    }
+}
+
+static void pack_b_float_f32(const float *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc, float *dst) {
+    if (cs != 1 && rs != 1) {
+        pack_b_float_f32_any(b, rs, cs, kc, nc, dst);
+        return;
+    }
+    for (int64_t j = 0; j < nc; j += F32_NR, dst += F32_NR * kc) {
+        int nr = (int)CD_MIN(F32_NR, nc - j);
+        if (cs == 1) copy_rows(b + j, rs, kc, nr, F32_NR, dst);
+        else tpack_f32(b + j * cs, cs, nr, kc, F32_NR, dst);
+    }
+}
+GEN_PACK(float, F32_MR, F32_NR, bf16, uint16_t, cd_bf16_to_f32)
+GEN_PACK(float, F32_MR, F32_NR, f16, uint16_t, cd_f16_to_f32)
+GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
+
+/* ---- GEMV: a single row or column ----------------------------------------------
+ * Memory-bound, so the matrix is streamed once, without packing, threads
+ * taking ranges of outputs (each output is computed the same way whatever
+ * the split):
+ * - axpy form, y = x @ M with M's rows contiguous: eight rows at a time;
+ * - dot form, y[j] = x . M[:, j] with M's columns contiguous: four dot products
+ *   at a time, so four streams are in flight. */
+#define AXPY8(j0, j1)                                                                                \
+    _Pragma("omp simd")                                                                              \
+    for (int64_t j = j0; j < j1; j++)                                                                \
+        y[j] += w[0] * r[j] + w[1] * r[ms + j] + w[2] * r[2 * ms + j] + w[3] * r[3 * ms + j] +       \
+                w[4] * r[4 * ms + j] + w[5] * r[5 * ms + j] + w[6] * r[6 * ms + j] + w[7] * r[7 * ms + j];
+#define GEN_GEMV(T)                                                                                  \
+    static void axpy_rows_##T(int64_t n, const T *x, int64_t xs, const T *m, int64_t ms, int64_t k,  \
+                              T *y) {                                                                \
+        for (int64_t j = 0; j < n; j++) y[j] = 0;                                                    \
+        int64_t p = 0;                                                                               \
+        for (; p + 8 <= k; p += 8) { /* eight row streams in flight */                               \
+            const T *r = m + p * ms;                                                                 \
+            T w[8];                                                                                  \
+            for (int i = 0; i < 8; i++) w[i] = x[(p + i) * xs];                                      \
+            /* a few leading columns, so the row loads of the rest are aligned */                    \
+            const int64_t head = CD_MIN(n, (int64_t)((64 - (uintptr_t)r % 64) % 64 / sizeof(T)));     \
+            AXPY8(0, head)                                                                           \
+            AXPY8(head, n)                                                                           \
+        }                                                                                            \
+        for (; p < k; p++) {                                                                         \
+            const T xp = x[p * xs], *mp = m + p * ms;                                                \
+            _Pragma("omp simd")                                                                      \
+            for (int64_t j = 0; j < n; j++) y[j] += xp * mp[j];                                      \
+        }                                                                                            \
+    }                                                                                                \
+    static void dot4_##T(int64_t k, const T *x, const T *v, int64_t vs, int64_t count, T *y, int64_t ys) { \
+        int64_t j = 0;                                                                               \
+        for (; j + 4 <= count; j += 4) {                                                             \
+            const T *v0 = v + j * vs, *v1 = v0 + vs, *v2 = v1 + vs, *v3 = v2 + vs;                   \
+            T s0 = 0, s1 = 0, s2 = 0, s3 = 0;                                                        \
+            _Pragma("omp simd reduction(+ : s0, s1, s2, s3)")                                        \
+            for (int64_t p = 0; p < k; p++) {                                                        \
+                s0 += x[p] * v0[p];                                                                  \
+                s1 += x[p] * v1[p];                                                                  \
+                s2 += x[p] * v2[p];                                                                  \
+                s3 += x[p] * v3[p];                                                                  \
+            }                                                                                        \
+            y[j * ys] = s0, y[(j + 1) * ys] = s1, y[(j + 2) * ys] = s2, y[(j + 3) * ys] = s3;        \
+        }                                                                                            \
+        for (; j < count; j++) {                                                                     \
+            const T *vj = v + j * vs;                                                                \
+            T s = 0;                                                                                 \
+            _Pragma("omp simd reduction(+ : s)")                                                     \
+            for (int64_t p = 0; p < k; p++) s += x[p] * vj[p];                                       \
+            y[j * ys] = s;                                                                           \
+        }                                                                                            \
+    }
+
+GEN_GEMV(float)
+GEN_GEMV(double)
+
+/* The axpy form splits K into fixed slices of GEMV_KSLICE rows, each summed
+ * into its own partial row and the partials added in slice order: a thread
+ * then streams whole rows of M (contiguous memory, which the prefetchers
+ * follow across pages), and the result still does not depend on the thread
+ * count. */
+#define GEMV_KSLICE 512
+
+typedef struct {
+    int esz, dot_form;
+    int64_t n, k;
+    const char *x, *m;
+    int64_t xs, ms;     /* x stride; stride between M's rows (axpy) or vectors (dot) */
+    char *y;
+    int64_t ys;         /* output stride */
+    int64_t parts;      /* output ranges, in multiples of 64 */
+    int64_t kparts;     /* K slices (axpy form) */
+    char *partial;      /* kparts rows of n partial sums, when kparts > 1 */
+} gemv_ctx;
+
+static void gemv_cols(const gemv_ctx *g, int64_t t, int64_t *j0, int64_t *j1) {
+    *j0 = (g->n * t / g->parts) & ~(int64_t)63;
+    *j1 = t + 1 == g->parts ? g->n : (g->n * (t + 1) / g->parts) & ~(int64_t)63;
+}
+
+static int gemv_task(void *vctx, int64_t begin, int64_t end) {
+    const gemv_ctx *g = vctx;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t j0, j1, kp = t / g->parts;
+        gemv_cols(g, t % g->parts, &j0, &j1);
+        if (j0 >= j1) continue;
+        if (g->dot_form) {
+            if (g->esz == 4)
+                dot4_float(g->k, (const float *)g->x, (const float *)g->m + j0 * g->ms, g->ms, j1 - j0,
+                           (float *)g->y + j0 * g->ys, g->ys);
+            else
+                dot4_double(g->k, (const double *)g->x, (const double *)g->m + j0 * g->ms, g->ms, j1 - j0,
+                            (double *)g->y + j0 * g->ys, g->ys);
+            continue;
+        }
+        int64_t slice = g->kparts > 1 ? GEMV_KSLICE : g->k, p0 = kp * slice, rows = CD_MIN(g->k, p0 + slice) - p0;
+        char *y = g->kparts > 1 ? g->partial + kp * g->n * g->esz : g->y;
+        if (g->esz == 4)
+            axpy_rows_float(j1 - j0, (const float *)g->x + p0 * g->xs, g->xs, (const float *)g->m + p0 * g->ms + j0,
+                            g->ms, rows, (float *)y + j0);
+        else
+            axpy_rows_double(j1 - j0, (const double *)g->x + p0 * g->xs, g->xs,
+                             (const double *)g->m + p0 * g->ms + j0, g->ms, rows, (double *)y + j0);
+    }
+    return 0;
+}
+
+/* y = the partial rows added in slice order. */
+static int gemv_sum_task(void *vctx, int64_t begin, int64_t end) {
+    const gemv_ctx *g = vctx;
+    for (int64_t kp = 0; kp < g->kparts; kp++) {
+        const char *src = g->partial + kp * g->n * g->esz;
+        if (g->esz == 4) {
+            float *y = (float *)g->y;
+            const float *v = (const float *)src;
+            if (kp == 0) memcpy(y + begin, v + begin, (size_t)(end - begin) * 4);
+            else for (int64_t j = begin; j < end; j++) y[j] += v[j];
+        } else {
+            double *y = (double *)g->y;
+            const double *v = (const double *)src;
+            if (kp == 0) memcpy(y + begin, v + begin, (size_t)(end - begin) * 8);
+            else for (int64_t j = begin; j < end; j++) y[j] += v[j];
+        }
+    }
+    return 0;
+}
+
+/* Tries the GEMV forms; returns 1 when it handled the product. */
+static int try_gemv(int esz, int64_t m, int64_t n, int64_t k, const char *a, int64_t ars, int64_t acs,
+                    const char *b, int64_t brs, int64_t bcs, char *c, int64_t ldc, int *rc) {
+    gemv_ctx g;
+    if (m == 1 && bcs == 1) /* c = a @ B, B's rows contiguous */
+        g = (gemv_ctx){esz, 0, n, k, a, b, acs, brs, c, 1, 0, 1, NULL};
+    else if (m == 1 && brs == 1 && acs == 1) /* c[j] = a . B[:, j] */
+        g = (gemv_ctx){esz, 1, n, k, a, b, 1, bcs, c, 1, 0, 1, NULL};
+    else if (n == 1 && acs == 1 && brs == 1) /* c[i] = A[i, :] . b */
+        g = (gemv_ctx){esz, 1, m, k, b, a, 1, ars, c, ldc, 0, 1, NULL};
+    else
+        return 0;
+    int64_t threads = CD_MIN(cd_num_threads(), g.n * k / (1 << 16));
+    if (!g.dot_form && threads > 1) g.kparts = (k + GEMV_KSLICE - 1) / GEMV_KSLICE;
+    g.parts = CD_MAX(1, CD_MIN(CD_MAX(1, threads / g.kparts), g.n / 64));
+    if (g.kparts == 1) {
+        *rc = cd_parallel_for(g.parts, 1, gemv_task, &g);
+        return 1;
+    }
+    g.partial = cd_scratch(g.kparts * g.n * esz);
+    if (!g.partial) {
+        *rc = -1;
+        return 1;
+    }
+    *rc = cd_parallel_for(g.kparts * g.parts, 1, gemv_task, &g);
+    if (*rc == 0) *rc = cd_parallel_for(g.n, CD_GRAIN, gemv_sum_task, &g);
+    cd_scratch_free(g.partial);
+    return 1;
+}
+
+/* ---- the blocked driver ------------------------------------------------------------ */
+typedef struct {
+    int64_t mc, nc;
+} blocking;
+
+static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
+    int64_t mc = cd_cache_bytes(2) / 6 / (kc * esz) / mr * mr, nc = cd_cache_bytes(3) / 8 / (kc * esz) / nr * nr;
+    return (blocking){CD_MAX(mr, CD_MIN(mc, 32 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr))};
+}
+
+#define GEN_DRIVER(T, MR, NR, KC, MICRO)                                                              \
+    typedef struct {                                                                                   \
+        const char *a, *b;                                                                             \
+        int isz;                                                                                       \
+        int64_t m, ars, acs, brs, bcs;                                                                 \
+        T *c;                                                                                          \
+        int64_t ldc;                                                                                   \
+        int64_t j0, nc, p0, kc; /* the current block */                                                \
+        T *bpack;                                                                                      \
+        int64_t ntasks, pack_tasks, split_rows;                                                        \
+        blocking blk;                                                                                  \
+        void (*pack_a)(const void *, int64_t, int64_t, int64_t, int64_t, T *);                         \
+        void (*pack_b)(const void *, int64_t, int64_t, int64_t, int64_t, T *);                         \
+    } drv_##T;                                                                                         \
+                                                                                                       \
+    static void range_##T(int64_t total, int64_t parts, int64_t t, int64_t *lo, int64_t *hi) {         \
+        *lo = total * t / parts;                                                                       \
+        *hi = total * (t + 1) / parts;                                                                 \
+    }                                                                                                  \
+                                                                                                       \
+    static int packb_task_##T(void *vctx, int64_t begin, int64_t end) {                               \
+        const drv_##T *d = vctx;                                                                       \
+        int64_t panels = (d->nc + NR - 1) / NR;                                                        \
+        for (int64_t t = begin; t < end; t++) {                                                        \
+            int64_t lo, hi;                                                                            \
+            range_##T(panels, d->pack_tasks, t, &lo, &hi);                                             \
+            if (lo >= hi) continue;                                                                    \
+            int64_t j = lo * NR, cols = CD_MIN(d->nc, hi * NR) - j;                                    \
+            d->pack_b(d->b + (d->p0 * d->brs + (d->j0 + j) * d->bcs) * d->isz, d->brs, d->bcs, d->kc, \
+                      cols, d->bpack + j * d->kc);                                                     \
+        }                                                                                              \
+        return 0;                                                                                      \
+    }                                                                                                  \
+                                                                                                       \
+    static int compute_task_##T(void *vctx, int64_t begin, int64_t end) {                             \
+        const drv_##T *d = vctx;                                                                       \
+        const int64_t mpanels = (d->m + MR - 1) / MR, npanels = (d->nc + NR - 1) / NR;                 \
+        const int64_t MC = d->blk.mc;                                                                  \
+        T *apack = thread_buffer(BUF_A, MC * d->kc * (int64_t)sizeof(T));                              \
+        if (!apack) return -1;                                                                         \
+        for (int64_t t = begin; t < end; t++) {                                                        \
+            int64_t r0 = 0, r1 = mpanels, c0 = 0, c1 = npanels;                                        \
+            if (d->split_rows) range_##T(mpanels, d->ntasks, t, &r0, &r1);                             \
+            else range_##T(npanels, d->ntasks, t, &c0, &c1);                                           \
+            int64_t row_end = CD_MIN(d->m, r1 * MR), col_end = CD_MIN(d->nc, c1 * NR);                 \
+            for (int64_t i0 = r0 * MR; i0 < row_end; i0 += MC) {                                       \
+                int64_t mc = CD_MIN(MC, row_end - i0);                                                 \
+                d->pack_a(d->a + (i0 * d->ars + d->p0 * d->acs) * d->isz, d->ars, d->acs, mc, d->kc,   \
+                          apack);                                                              \
+                for (int64_t j = c0 * NR; j < col_end; j += NR) {                                      \
+                    int nr = (int)CD_MIN(NR, col_end - j);                                             \
+                    const T *bp = d->bpack + j * d->kc;                                                \
+                    for (int64_t ir = 0; ir < mc; ir += MR) {                                          \
+                        int mr = (int)CD_MIN(MR, mc - ir);                                             \
+                        MICRO(d->kc, apack + ir * d->kc, bp, d->c + (i0 + ir) * d->ldc + d->j0 + j,    \
+                              d->ldc, mr, nr, d->p0 > 0);                                              \
+                    }                                                                                  \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+        return 0;                                                                                      \
+    }                                                                                                  \
+                                                                                                       \
+    static pthread_once_t blk_once_##T = PTHREAD_ONCE_INIT;                                            \
+    static blocking blk_##T;                                                                           \
+    static void size_##T(void) { blk_##T = size_blocks(sizeof(T), MR, NR, KC); }                      \
+                                                                                                       \
+    static int blocked_##T(drv_##T *d, int64_t n, int64_t k) {                                         \
+        pthread_once(&blk_once_##T, size_##T);                                                         \
+        const int64_t NC = blk_##T.nc;                                                                 \
+        d->blk = blk_##T;                                                                              \
+        int64_t kc_max = CD_MIN(KC, k), nc_max = CD_MIN(NC, (n + NR - 1) / NR * NR);                   \
+        d->bpack = thread_buffer(BUF_B, kc_max * nc_max * (int64_t)sizeof(T));                         \
+        if (!d->bpack) return -1;                                                                      \
+        int rc = 0;                                                                                    \
+        for (d->j0 = 0; d->j0 < n && rc == 0; d->j0 += NC) {                                           \
+            d->nc = CD_MIN(NC, n - d->j0);                                                             \
+            for (d->p0 = 0; d->p0 < k && rc == 0; d->p0 += KC) {                                       \
+                d->kc = CD_MIN(KC, k - d->p0);                                                         \
+                int64_t mpanels = (d->m + MR - 1) / MR, npanels = (d->nc + NR - 1) / NR;               \
+                int64_t work = d->m * d->nc * d->kc;                                                   \
+                int64_t tasks = CD_MAX(1, CD_MIN(cd_num_threads(), work / (1 << 17)));                 \
+                d->split_rows = mpanels >= 2 * tasks || mpanels >= npanels;                            \
+                d->ntasks = CD_MAX(1, CD_MIN(tasks, d->split_rows ? mpanels : npanels));               \
+                d->pack_tasks = CD_MAX(1, CD_MIN(d->ntasks, npanels));                                 \
+                rc = cd_parallel_for(d->pack_tasks, 1, packb_task_##T, d);                             \
+                if (rc == 0) rc = cd_parallel_for(d->ntasks, 1, compute_task_##T, d);                  \
+            }                                                                                          \
+        }                                                                                              \
+        return rc;                                                                                     \
+    }
+
+GEN_DRIVER(float, F32_MR, F32_NR, F32_KC, micro_f32)
+GEN_DRIVER(double, F64_MR, F64_NR, F64_KC, micro_f64)
+
+/* The pack functions take typed sources; the driver calls them through void. */
+#define PACK_ADAPTER(T, SRC, SRCT)                                                                     \
+    static void pa_##T##_##SRC(const void *s, int64_t rs, int64_t cs, int64_t r, int64_t c, T *d) {    \
+        pack_a_##T##_##SRC((const SRCT *)s, rs, cs, r, c, d);                                          \
+    }                                                                                                  \
+    static void pb_##T##_##SRC(const void *s, int64_t rs, int64_t cs, int64_t r, int64_t c, T *d) {    \
+        pack_b_##T##_##SRC((const SRCT *)s, rs, cs, r, c, d);                                          \
+    }
+PACK_ADAPTER(float, f32, float)
+PACK_ADAPTER(float, bf16, uint16_t)
+PACK_ADAPTER(float, f16, uint16_t)
+PACK_ADAPTER(double, f64, double)
+
+static int gemm_entry(int32_t dtype, int64_t m, int64_t n, int64_t k, const void *a, int64_t ars, int64_t acs,
+                      const void *b, int64_t brs, int64_t bcs, void *c, int64_t ldc) {
+    if (m == 0 || n == 0) return 0;
+    if (k == 0) {
+        int esz = dtype == CD_f64 ? 8 : 4;
+        for (int64_t i = 0; i < m; i++) memset((char *)c + i * ldc * esz, 0, (size_t)(n * esz));
+        return 0;
+    }
+    int rc = 0;
+    if ((dtype == CD_f32 || dtype == CD_f64) &&
+        try_gemv(dtype == CD_f32 ? 4 : 8, m, n, k, a, ars, acs, b, brs, bcs, c, ldc, &rc))
+        return rc;
+    if (dtype == CD_f64) {
+        drv_double d = {.a = a, .b = b, .isz = 8, .m = m, .ars = ars, .acs = acs, .brs = brs, .bcs = bcs,
+                        .c = c, .ldc = ldc, .pack_a = pa_double_f64, .pack_b = pb_double_f64};
+        return blocked_double(&d, n, k);
+    }
+    drv_float d = {.a = a, .b = b, .isz = cd_dtype_size(dtype), .m = m, .ars = ars, .acs = acs, .brs = brs,
+                   .bcs = bcs, .c = c, .ldc = ldc};
+    switch (dtype) {
+    case CD_f32: d.pack_a = pa_float_f32; d.pack_b = pb_float_f32; break;
+    case CD_bf16: d.pack_a = pa_float_bf16; d.pack_b = pb_float_bf16; break;
+    case CD_f16: d.pack_a = pa_float_f16; d.pack_b = pb_float_f16; break;
+    default: return cd_fail("gemm: unsupported dtype %s", cd_dtype_name(dtype));
+    }
+    return blocked_float(&d, n, k);
+}
+
+const cd_gemm_ops GEMM_OPS = {GEMM_ISA, gemm_entry};
