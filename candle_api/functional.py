@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .ops import attention as _attention
 from .ops import conv as _conv
 from .ops import elementwise as _ew
 from .ops import indexing as _idx
@@ -56,6 +57,9 @@ def softmax(tensor: Tensor, dim: int = -1) -> Tensor:
 
 def log_softmax(tensor: Tensor, dim: int = -1) -> Tensor:
     return _nn.log_softmax(tensor, dim)
+
+
+scaled_dot_product_attention = _attention.scaled_dot_product_attention
 
 
 def softmax_last_dim(tensor: Tensor) -> Tensor:

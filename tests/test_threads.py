@@ -20,7 +20,9 @@ def workload(seed: int) -> list[np.ndarray]:
     ids = c.tensor(rng.integers(0, 256, size=100), dtype="u32")
     img = c.Tensor(rng.standard_normal((2, 3, 32, 32)).astype(np.float32))
     kernel = c.Tensor(rng.standard_normal((8, 3, 3, 3)).astype(np.float32))
+    q, k, v = (c.Tensor(rng.standard_normal((2, 4, 100, 32)).astype(np.float32)) for _ in range(3))
     return [
+        c.functional.scaled_dot_product_attention(q, k, v, is_causal=True).numpy(),
         (big @ w).numpy(),
         big.softmax(-1).numpy(),
         big.sum_all().numpy(),

@@ -375,7 +375,9 @@ def _matmul_samples(rng, dtype, layout):
     if layout == "empty":
         pairs = [((0, 4), (4, 5)), ((3, 0), (0, 5)), ((2, 0, 3), (2, 3, 4))]
     else:
-        pairs = [((3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)), ((2, 2, 3, 6), (2, 2, 6, 4)), ((5, 7), (7, 2))]
+        # odd sizes past the register tiles and the 16-wide transposes of the packing
+        pairs = [((3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)), ((2, 2, 3, 6), (2, 2, 6, 4)), ((5, 7), (7, 2)),
+                 ((37, 53), (53, 70)), ((3, 20, 33), (3, 33, 17)), ((1, 40), (40, 33)), ((29, 18), (18, 1))]
         if layout == "broadcast":
             pairs += [((2, 1, 3, 4), (3, 4, 5)), ((4, 3), (2, 3, 5)), ((4,), (4, 3)), ((2, 3, 4), (4,))]
     return [Sample([values(rng, dt, a, lo, hi), values(rng, dt, b, lo, hi)]) for a, b in pairs]
@@ -597,3 +599,35 @@ op("rope_i", lambda x, c, s: F.rope_i(x, c, s), lambda x, c, s: R.rope(x, c, s, 
    tol_scale=4)
 op("rope_thd", lambda x, c, s: F.rope_thd(x.transpose(1, 2), c, s).transpose(1, 2),
    lambda x, c, s: R.rope(x, c, s, False), FLOATS, _rope_samples, NONSCALAR, tol_scale=4, kernel="rope")
+
+
+def _attention_samples(rng, dtype, layout):
+    """Several query and key blocks (online softmax across blocks, causal block
+    skipping), every mask kind, grouped heads, a fully masked row."""
+    b = 0 if layout == "empty" else 2
+
+    def qkv(n_q, n_k, e, e_v, heads=3, kv_heads=3):
+        return [values(rng, dtype, (b, heads, n_q, e), -1, 1), values(rng, dtype, (b, kv_heads, n_k, e), -1, 1),
+                values(rng, dtype, (b, kv_heads, n_k, e_v), -1, 1)]
+
+    keep = (rng.random((70, 300)) > 0.3).astype(np.uint8)
+    keep[3] = 0  # a row that sees no key
+    return [
+        Sample(qkv(5, 7, 8, 6)),
+        Sample(qkv(70, 300, 16, 12), {"is_causal": True}),
+        Sample(qkv(70, 300, 16, 12) + [Index(keep)]),
+        Sample(qkv(5, 7, 8, 6) + [values(rng, dtype, (3, 1, 7), -2, 2)], {"scale": 0.3}),
+        Sample(qkv(1, 9, 8, 8, heads=4, kv_heads=2), {"enable_gqa": True}),
+    ]
+
+
+def _attention_call(q, k, v, mask=None, **kw):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
+
+
+def _attention_ref(q, k, v, mask=None, is_causal=False, scale=None, enable_gqa=False):
+    return R.attention(q, k, v, mask, is_causal, scale, enable_gqa)
+
+
+op("scaled_dot_product_attention", _attention_call, _attention_ref, FLOATS, _attention_samples, NONSCALAR,
+   tol_scale=8, kernel="sdpa")

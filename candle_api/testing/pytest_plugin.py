@@ -9,6 +9,11 @@ for ``candle_device``.
 
 from __future__ import annotations
 
+import pytest
+
+#: Where test_vector_math stores {(device, function): (measured ulp, bound)}.
+VECTOR_MATH_KEY = pytest.StashKey[dict]()
+
 
 def pytest_addoption(parser):
     group = parser.getgroup("candle_api", "candle-api conformance")
@@ -37,3 +42,14 @@ def pytest_generate_tests(metafunc):
     if "candle_device" in metafunc.fixturenames:
         devices = metafunc.config.getoption("candle_device") or available_devices()
         metafunc.parametrize("candle_device", devices, scope="session")
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    measured = config.stash.get(VECTOR_MATH_KEY, None)
+    if not measured:
+        return
+    terminalreporter.section("candle-api vector math: max error (ulp) / bound")
+    for device in sorted({d for d, _ in measured}):
+        row = ", ".join(f"{name} {err:.2f}/{bound:g}" for (d, name), (err, bound) in sorted(measured.items())
+                        if d == device)
+        terminalreporter.write_line(f"{device}: {row}")

@@ -17,15 +17,21 @@ def erf(x):
 
 
 def gelu(x):
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    """0.5 x (1 + tanh(y)) as x sigmoid(2y): equal, without float64 cancellation for x < 0."""
+    return x * sigmoid(2 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))
+
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)
 
 
 def gelu_erf(x):
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    """0.5 x (1 + erf(x / sqrt2)) as 0.5 x erfc(-x / sqrt2), accurate in the negative tail."""
+    return 0.5 * x * np.asarray(_erfc(-np.asarray(x, dtype=np.float64) / math.sqrt(2.0)), dtype=np.float64)
 
 
 def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
 
 
 def softplus(x):
@@ -70,6 +76,26 @@ def rope(x, cos, sin, interleaved):
         return out
     x1, x2 = x[..., :half], x[..., half:]
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+def attention(q, k, v, mask=None, causal=False, scale=None, gqa=False):
+    """softmax(q k^T scale + mask) v; a u8 mask keeps keys where nonzero; rows
+    with every key masked give zeros."""
+    if gqa:
+        g = q.shape[-3] // k.shape[-3]
+        k, v = np.repeat(k, g, axis=-3), np.repeat(v, g, axis=-3)
+    s = q @ np.swapaxes(k, -1, -2) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    if causal:
+        n_q, n_k = s.shape[-2:]
+        mask = (np.arange(n_k)[None, :] <= np.arange(n_q)[:, None]).astype(np.uint8)
+    if mask is not None:
+        s = np.where(mask != 0, s, -np.inf) if mask.dtype == np.uint8 else s + mask
+    m = s.max(-1, keepdims=True) if s.shape[-1] else np.zeros(s.shape[:-1] + (1,))
+    visible = np.isfinite(m) | np.isnan(m)
+    with np.errstate(invalid="ignore"):
+        p = np.where(visible, np.exp(s - np.where(visible, m, 0)), 0)
+        p = p / np.where(visible, p.sum(-1, keepdims=True), 1)
+    return p @ v
 
 
 def conv2d(x, w, padding, stride, dilation, groups):

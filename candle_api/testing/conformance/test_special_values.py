@@ -48,15 +48,20 @@ def test_binary_special_values(candle_device, op, dtype):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_reductions_propagate_nan(candle_device, dtype):
     device = get_device(candle_device)
-    x = np.array([[1.0, math.nan, 3.0, math.nan], [4.0, 2.0, -math.inf, math.inf]], dtype=get_dtype(dtype).np)
-    t = from_array(x, None, device)
-    with np.errstate(invalid="ignore"):
-        want_max, want_min, want_sum = np.max(x, 1), np.min(x, 1), np.sum(x, 1)
-    np.testing.assert_array_equal(t.max(1).numpy(), want_max)
-    np.testing.assert_array_equal(t.min(1).numpy(), want_min)
-    np.testing.assert_array_equal(t.argmax(1).numpy(), np.argmax(x, 1).astype(np.uint32))
-    np.testing.assert_array_equal(t.argmin(1).numpy(), np.argmin(x, 1).astype(np.uint32))
-    np.testing.assert_array_equal(t.sum(1).numpy(), want_sum)
+    short = np.array([[1.0, math.nan, 3.0, math.nan], [4.0, 2.0, -math.inf, math.inf]])
+    # rows longer than any vector width, NaN or inf in the vector body and in the tail
+    long = np.random.default_rng(0).integers(-8, 8, size=(4, 37)).astype(np.float64)
+    long[0, 5] = long[1, 36] = math.nan
+    long[2, 3], long[2, 35] = math.inf, -math.inf
+    for x in (short.astype(get_dtype(dtype).np), long.astype(get_dtype(dtype).np)):
+        t = from_array(x, None, device)
+        with np.errstate(invalid="ignore"):
+            want_max, want_min, want_sum = np.max(x, 1), np.min(x, 1), np.sum(x, 1)
+        np.testing.assert_array_equal(t.max(1).numpy(), want_max)
+        np.testing.assert_array_equal(t.min(1).numpy(), want_min)
+        np.testing.assert_array_equal(t.argmax(1).numpy(), np.argmax(x, 1).astype(np.uint32))
+        np.testing.assert_array_equal(t.argmin(1).numpy(), np.argmin(x, 1).astype(np.uint32))
+        np.testing.assert_array_equal(t.sum(1).numpy(), want_sum)
 
 
 @pytest.mark.parametrize("dst", ["u8", "u32", "i16", "i32", "i64"])

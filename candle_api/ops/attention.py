@@ -1,0 +1,127 @@
+"""Scaled-dot-product attention with PyTorch's semantics.
+
+A device with an ``sdpa`` kernel runs it fused (the cpu kernel never holds
+more than a block of the score matrix); any other device runs the
+decomposition into matmul, softmax and masking on the same device.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..dtype import u8
+from ..errors import DTypeError, ShapeError
+from ..layout import Layout
+from ..tensor import Tensor
+from .core import (broadcast_shape, check_tensor, has_kernel, kernel, make, require_float, same_device,
+                   same_dtype)
+from .creation import arange
+from .elementwise import where
+from .nn import softmax
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Tensor:
+    """softmax(query @ key^T * scale + mask) @ value over the last two dims.
+
+    query is (..., L, E), key (..., S, E), value (..., S, Ev); batch dims
+    broadcast. ``attn_mask`` broadcasts to (..., L, S): a u8 mask keeps the
+    keys where it is nonzero (PyTorch's bool mask), a float mask of the
+    query's dtype is added to the scores. ``is_causal`` lets query i see keys
+    j <= i (the top-left alignment PyTorch uses). ``scale`` defaults to
+    1/sqrt(E). With ``enable_gqa`` the query heads (dim -3) are shared out in
+    groups over fewer key/value heads. A row whose keys are all masked gives
+    zeros."""
+    op = "scaled_dot_product_attention"
+    for t, name in ((query, "query"), (key, "key"), (value, "value")):
+        check_tensor(op, t, name)
+        if t.rank < 2:
+            raise ShapeError(f"{op}: {name} needs at least 2 dims, got shape {t.shape}")
+    require_float(op, query)
+    dtype = same_dtype(op, query, key, value)
+    dev = same_device(op, query, key, value)
+    n_q, e = query.shape[-2:]
+    n_k, e_k = key.shape[-2:]
+    if e_k != e:
+        raise ShapeError(f"{op}: query and key embed dims differ: {query.shape} and {key.shape}")
+    if value.shape[-2] != n_k:
+        raise ShapeError(f"{op}: key and value lengths differ: {key.shape} and {value.shape}")
+    if attn_mask is not None:
+        check_tensor(op, attn_mask, "attn_mask")
+        same_device(op, query, attn_mask)
+        if is_causal:
+            raise ValueError(f"{op}: pass attn_mask or is_causal, not both")
+        if attn_mask._dtype is not u8 and attn_mask._dtype is not dtype:
+            raise DTypeError(f"{op}: attn_mask must be u8 (keep where nonzero) or {dtype} (added), "
+                             f"got {attn_mask._dtype}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(e) if e else 1.0
+    if enable_gqa:
+        return _grouped(query, key, value, attn_mask, is_causal, scale)
+
+    batch = broadcast_shape(op, query.shape[:-2], key.shape[:-2], value.shape[:-2],
+                            *([attn_mask.shape[:-2]] if attn_mask is not None and attn_mask.rank > 2 else []))
+    if not has_kernel(dev, "sdpa", dtype):
+        return _decomposed(query, key, value, attn_mask, is_causal, scale)
+    lq = query._layout.broadcast_as(batch + (n_q, e))
+    lk = key._layout.broadcast_as(batch + (n_k, e))
+    lv = value._layout.broadcast_as(batch + value.shape[-2:])
+    lay = Layout.contig(batch + (n_q, value.shape[-1]))
+    out = dev.backend.alloc(lay.numel * dtype.itemsize)
+    if lay.numel:
+        mask_args = (None, None, u8)
+        if attn_mask is not None:
+            lm = _broadcast_mask(op, attn_mask, batch + (n_q, n_k))
+            mask_args = (attn_mask._storage, lm, attn_mask._dtype)
+        kernel(dev, "sdpa", dtype)(out, query._storage, lq, key._storage, lk, value._storage, lv, *mask_args,
+                                   bool(is_causal), float(scale))
+    return make(out, lay, dtype, dev)
+
+
+def _broadcast_mask(op: str, mask: Tensor, shape: tuple) -> Layout:
+    try:
+        return mask._layout.broadcast_as(shape)
+    except ShapeError:
+        raise ShapeError(f"{op}: attn_mask of shape {mask.shape} does not broadcast to {shape}") from None
+
+
+def _grouped(query, key, value, attn_mask, is_causal, scale) -> Tensor:
+    """Grouped-query attention as a view: query heads (..., Hkv * g, L, E)
+    become (..., Hkv, g, L, E) against key/value heads (..., Hkv, 1, S, E)."""
+    op = "scaled_dot_product_attention"
+    if min(query.rank, key.rank, value.rank) < 3:
+        raise ShapeError(f"{op}: enable_gqa needs a heads dim (-3) on query, key and value")
+    h_q, h_kv = query.shape[-3], key.shape[-3]
+    if value.shape[-3] != h_kv or h_kv == 0 or h_q % h_kv:
+        raise ShapeError(f"{op}: query heads ({h_q}) must be a multiple of key/value heads "
+                         f"({h_kv} and {value.shape[-3]})")
+    g = h_q // h_kv
+    lead = query.shape[:-3]
+    q = query.reshape(lead + (h_kv, g) + query.shape[-2:])
+    k, v = key.unsqueeze(-3), value.unsqueeze(-3)
+    if attn_mask is not None:
+        full = broadcast_shape(op, attn_mask.shape, query.shape[:-1] + (key.shape[-2],))
+        attn_mask = attn_mask.broadcast_as(full).reshape(full[:-3] + (h_kv, g) + full[-2:])
+    out = scaled_dot_product_attention(q, k, v, attn_mask, is_causal, scale)
+    return out.reshape(out.shape[:-4] + (h_q,) + out.shape[-2:])
+
+
+def _decomposed(query, key, value, attn_mask, is_causal, scale) -> Tensor:
+    scores = (query @ key.transpose(-1, -2)) * scale
+    n_q, n_k = scores.shape[-2:]
+    if n_k == 0:
+        return scores @ value  # zeros of the output's shape
+    if is_causal:
+        rows = arange(0, n_q, dtype="i64", device=query.device).reshape(n_q, 1)
+        cols = arange(0, n_k, dtype="i64", device=query.device).reshape(1, n_k)
+        attn_mask = (cols <= rows)
+    if attn_mask is not None:
+        if attn_mask._dtype is u8:
+            scores = where(attn_mask, scores, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    probs = softmax(scores, -1)
+    # rows with every key masked: zeros, not the NaN of 0/0
+    visible = scores.max_keepdim(-1) != float("-inf")
+    return where(visible, probs, 0.0) @ value
