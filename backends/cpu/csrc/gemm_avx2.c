@@ -7,71 +7,34 @@
 
 #include "internal.h"
 
-#define ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define OP(op, S) _mm256_##op##_##S
+#define VEC_ps __m256
+#define VEC_pd __m256d
+#define VEC_(S) VEC_##S
+#define VEC(S) VEC_(S)
+#include "gemm_micro.h"
 
-#define DECL(i) V c##i##_0 = ZERO(), c##i##_1 = ZERO();
-#define STEP(i)                                 \
-    {                                           \
-        const V ai = SET1(a[i]);                \
-        c##i##_0 = FMADD(ai, b0, c##i##_0);     \
-        c##i##_1 = FMADD(ai, b1, c##i##_1);     \
+#define SPILL(i, S)                                  \
+    OP(storeu, S)(tile + (i) * 2 * W, c##i##_0);     \
+    OP(storeu, S)(tile + (i) * 2 * W + W, c##i##_1);
+#define GEN_MICRO(NAME, S)                                                                       \
+    static void NAME(int64_t kc, const ELEM(S) *restrict a, const ELEM(S) *restrict b,            \
+                     ELEM(S) *restrict c, int64_t ldc, int mr, int nr, int accumulate) {           \
+        enum { W = 32 / sizeof(ELEM(S)) };                                                         \
+        ROWS6(DECL, S)                                                                             \
+        for (int64_t p = 0; p < kc; p++, a += 6, b += 2 * W) {                                     \
+            const VEC(S) b0 = OP(loadu, S)(b), b1 = OP(loadu, S)(b + W);                           \
+            ROWS6(STEP, S)                                                                         \
+        }                                                                                          \
+        ELEM(S) tile[6 * 2 * W];                                                                   \
+        ROWS6(SPILL, S)                                                                            \
+        for (int i = 0; i < mr; i++)                                                               \
+            for (int j = 0; j < nr; j++)                                                           \
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i * 2 * W + j] : tile[i * 2 * W + j]; \
     }
-#define SPILL(i)                             \
-    STOREU(tile + (i) * 2 * W, c##i##_0);    \
-    STOREU(tile + (i) * 2 * W + W, c##i##_1);
-#define MICRO_BODY                                                                          \
-    ROWS6(DECL)                                                                             \
-    for (int64_t p = 0; p < kc; p++, a += 6, b += 2 * W) {                                  \
-        const V b0 = LOADU(b), b1 = LOADU(b + W);                                           \
-        ROWS6(STEP)                                                                         \
-    }                                                                                       \
-    T tile[6 * 2 * W];                                                                      \
-    ROWS6(SPILL)                                                                            \
-    for (int i = 0; i < mr; i++)                                                            \
-        for (int j = 0; j < nr; j++)                                                        \
-            c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i * 2 * W + j] : tile[i * 2 * W + j];
 
-#define T float
-#define V __m256
-#define W 8
-#define ZERO _mm256_setzero_ps
-#define LOADU _mm256_loadu_ps
-#define STOREU _mm256_storeu_ps
-#define SET1 _mm256_set1_ps
-#define FMADD _mm256_fmadd_ps
-static void micro_f32(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c, int64_t ldc,
-                      int mr, int nr, int accumulate) {
-    MICRO_BODY
-}
-#undef T
-#undef V
-#undef W
-#undef ZERO
-#undef LOADU
-#undef STOREU
-#undef SET1
-#undef FMADD
-
-#define T double
-#define V __m256d
-#define W 4
-#define ZERO _mm256_setzero_pd
-#define LOADU _mm256_loadu_pd
-#define STOREU _mm256_storeu_pd
-#define SET1 _mm256_set1_pd
-#define FMADD _mm256_fmadd_pd
-static void micro_f64(int64_t kc, const double *restrict a, const double *restrict b, double *restrict c,
-                      int64_t ldc, int mr, int nr, int accumulate) {
-    MICRO_BODY
-}
-#undef T
-#undef V
-#undef W
-#undef ZERO
-#undef LOADU
-#undef STOREU
-#undef SET1
-#undef FMADD
+GEN_MICRO(micro_f32, ps)
+GEN_MICRO(micro_f64, pd)
 
 /* ---- transposing pack: dst[p * W + i] = src[i * ld + p], i < w <= W, p < kc ----
  * 8 x 8 blocks transposed in registers, partial blocks element by element. */

@@ -3,127 +3,77 @@
  * f32: a 14 x 32 tile in 28 zmm accumulators; per k, two B vectors and one
  * broadcast of A per row, 28 FMAs. f64: 14 x 16 likewise. Edge tiles store
  * through masks; tiles of fewer rows run a shorter kernel. C is prefetched
- * before the K loop (+3% at 2048). The body is written once over the type
- * macros T (element), V (vector), W (lanes) and the intrinsics below, then
- * instantiated twice. */
+ * before the K loop (+3% at 2048). The body is written once over the element
+ * suffix S of the intrinsics (ps, pd) and instantiated for both. */
 #include <immintrin.h>
 
 #include "internal.h"
 
-#define ROWS2(X) X(0) X(1)
-#define ROWS4(X) ROWS2(X) X(2) X(3)
-#define ROWS8(X) ROWS4(X) X(4) X(5) X(6) X(7)
-#define ROWS14(X) ROWS8(X) X(8) X(9) X(10) X(11) X(12) X(13)
+#define OP(op, S) _mm512_##op##_##S
+#define VEC_ps __m512
+#define VEC_pd __m512d
+#define VEC_(S) VEC_##S
+#define VEC(S) VEC_(S)
+#include "gemm_micro.h"
 
-#define DECL(i) V c##i##_0 = ZERO(), c##i##_1 = ZERO();
-#define STEP(i)                                 \
-    {                                           \
-        const V ai = SET1(a[i]);                \
-        c##i##_0 = FMADD(ai, b0, c##i##_0);     \
-        c##i##_1 = FMADD(ai, b1, c##i##_1);     \
+#define LANES(S) ((int)(64 / sizeof(ELEM(S))))
+
+#define STORE_FULL(i, S)                                                 \
+    {                                                                    \
+        ELEM(S) *ci = c + (i) * ldc;                                     \
+        if (accumulate) {                                                \
+            c##i##_0 = OP(add, S)(c##i##_0, OP(loadu, S)(ci));           \
+            c##i##_1 = OP(add, S)(c##i##_1, OP(loadu, S)(ci + W));       \
+        }                                                                \
+        OP(storeu, S)(ci, c##i##_0);                                     \
+        OP(storeu, S)(ci + W, c##i##_1);                                 \
     }
-#define STORE_FULL(i)                                \
-    {                                                \
-        T *ci = c + (i) * ldc;                       \
-        if (accumulate) {                            \
-            c##i##_0 = ADD(c##i##_0, LOADU(ci));     \
-            c##i##_1 = ADD(c##i##_1, LOADU(ci + W)); \
-        }                                            \
-        STOREU(ci, c##i##_0);                        \
-        STOREU(ci + W, c##i##_1);                    \
+#define STORE_PART(i, S)                                                       \
+    if ((i) < mr) {                                                            \
+        ELEM(S) *ci = c + (i) * ldc;                                           \
+        if (accumulate) {                                                      \
+            c##i##_0 = OP(add, S)(c##i##_0, OP(maskz_loadu, S)(m0, ci));       \
+            c##i##_1 = OP(add, S)(c##i##_1, OP(maskz_loadu, S)(m1, ci + W));   \
+        }                                                                      \
+        OP(mask_storeu, S)(ci, m0, c##i##_0);                                  \
+        OP(mask_storeu, S)(ci + W, m1, c##i##_1);                              \
     }
-#define STORE_PART(i)                                          \
-    if ((i) < mr) {                                            \
-        T *ci = c + (i) * ldc;                                 \
-        if (accumulate) {                                      \
-            c##i##_0 = ADD(c##i##_0, MASKZ_LOADU(m0, ci));     \
-            c##i##_1 = ADD(c##i##_1, MASKZ_LOADU(m1, ci + W)); \
-        }                                                      \
-        MASK_STOREU(ci, m0, c##i##_0);                         \
-        MASK_STOREU(ci + W, m1, c##i##_1);                     \
-    }
-#define PREF(i)                                                        \
+#define PREF(i, S)                                                     \
     _mm_prefetch((const char *)(c + (i) * ldc), _MM_HINT_T0);          \
     _mm_prefetch((const char *)(c + (i) * ldc + W), _MM_HINT_T0);
 /* A kernel for tiles of at most R rows (A panels are always 14 wide), so an
  * edge panel of a few rows costs a few rows' work. */
-#define GEN_MICRO(NAME, R)                                                                      \
-    static void NAME##_##R(int64_t kc, const T *restrict a, const T *restrict b, T *restrict c,   \
-                           int64_t ldc, int mr, int nr, int accumulate) {                         \
-        ROWS##R(PREF)                                                                             \
-        ROWS##R(DECL)                                                                             \
+#define GEN_MICRO(NAME, R, S)                                                                   \
+    static void NAME##_##R(int64_t kc, const ELEM(S) *restrict a, const ELEM(S) *restrict b,     \
+                           ELEM(S) *restrict c, int64_t ldc, int mr, int nr, int accumulate) {    \
+        const int W = LANES(S);                                                                   \
+        ROWS##R(PREF, S)                                                                          \
+        ROWS##R(DECL, S)                                                                          \
         for (int64_t p = 0; p < kc; p++, a += 14, b += 2 * W) {                                   \
-            const V b0 = LOADU(b), b1 = LOADU(b + W);                                             \
-            ROWS##R(STEP)                                                                         \
+            const VEC(S) b0 = OP(loadu, S)(b), b1 = OP(loadu, S)(b + W);                          \
+            ROWS##R(STEP, S)                                                                      \
         }                                                                                         \
         if (mr == R && nr == 2 * W) {                                                             \
-            ROWS##R(STORE_FULL)                                                                   \
+            ROWS##R(STORE_FULL, S)                                                                \
         } else {                                                                                  \
-            const MASK_T m0 = (MASK_T)(nr >= W ? (1u << W) - 1 : (1u << nr) - 1);                 \
-            const MASK_T m1 = (MASK_T)(nr >= 2 * W ? (1u << W) - 1 : nr > W ? (1u << (nr - W)) - 1 : 0); \
-            ROWS##R(STORE_PART)                                                                   \
+            const unsigned full = (1u << W) - 1;                                                  \
+            const unsigned m0 = nr >= W ? full : (1u << nr) - 1;                                  \
+            const unsigned m1 = nr >= 2 * W ? full : nr > W ? (1u << (nr - W)) - 1 : 0;           \
+            ROWS##R(STORE_PART, S)                                                                \
         }                                                                                         \
     }
-#define GEN_MICROS(NAME)                                                                        \
-    GEN_MICRO(NAME, 14) GEN_MICRO(NAME, 8) GEN_MICRO(NAME, 4) GEN_MICRO(NAME, 2)                 \
-    static void NAME(int64_t kc, const T *a, const T *b, T *c, int64_t ldc, int mr, int nr, int acc) { \
+#define GEN_MICROS(NAME, S)                                                                     \
+    GEN_MICRO(NAME, 14, S) GEN_MICRO(NAME, 8, S) GEN_MICRO(NAME, 4, S) GEN_MICRO(NAME, 2, S)     \
+    static void NAME(int64_t kc, const ELEM(S) *a, const ELEM(S) *b, ELEM(S) *c, int64_t ldc, int mr, int nr, \
+                     int acc) {                                                                   \
         if (mr > 8) NAME##_14(kc, a, b, c, ldc, mr, nr, acc);                                     \
         else if (mr > 4) NAME##_8(kc, a, b, c, ldc, mr, nr, acc);                                 \
         else if (mr > 2) NAME##_4(kc, a, b, c, ldc, mr, nr, acc);                                 \
         else NAME##_2(kc, a, b, c, ldc, mr, nr, acc);                                             \
     }
 
-#define T float
-#define V __m512
-#define W 16
-#define MASK_T __mmask16
-#define ZERO _mm512_setzero_ps
-#define LOADU _mm512_loadu_ps
-#define STOREU _mm512_storeu_ps
-#define SET1 _mm512_set1_ps
-#define FMADD _mm512_fmadd_ps
-#define ADD _mm512_add_ps
-#define MASKZ_LOADU _mm512_maskz_loadu_ps
-#define MASK_STOREU _mm512_mask_storeu_ps
-GEN_MICROS(micro_f32)
-#undef T
-#undef V
-#undef W
-#undef MASK_T
-#undef ZERO
-#undef LOADU
-#undef STOREU
-#undef SET1
-#undef FMADD
-#undef ADD
-#undef MASKZ_LOADU
-#undef MASK_STOREU
-
-#define T double
-#define V __m512d
-#define W 8
-#define MASK_T __mmask8
-#define ZERO _mm512_setzero_pd
-#define LOADU _mm512_loadu_pd
-#define STOREU _mm512_storeu_pd
-#define SET1 _mm512_set1_pd
-#define FMADD _mm512_fmadd_pd
-#define ADD _mm512_add_pd
-#define MASKZ_LOADU _mm512_maskz_loadu_pd
-#define MASK_STOREU _mm512_mask_storeu_pd
-GEN_MICROS(micro_f64)
-#undef T
-#undef V
-#undef W
-#undef MASK_T
-#undef ZERO
-#undef LOADU
-#undef STOREU
-#undef SET1
-#undef FMADD
-#undef ADD
-#undef MASKZ_LOADU
-#undef MASK_STOREU
+GEN_MICROS(micro_f32, ps)
+GEN_MICROS(micro_f64, pd)
 
 /* ---- transposing pack: dst[p * W + i] = src[i * ld + p], i < w <= W, p < kc ----
  * 16 x 16 blocks transposed in registers; rows past w are zero. */

@@ -116,7 +116,12 @@ GEN_PACK(float, F32_MR, F32_NR, f32_any, float, LD_SAME)
 
 /* f32 panels from a contiguous dimension: plain copies, or the including file's
  * tpack_f32 (a register transpose) when the contiguous dim runs along k. */
-static void copy_rows(const float *src, int64_t stride, int64_t kc, int w, int W, float *dst) {
+static inline __attribute__((always_inline)) void copy_rows(const float *src, int64_t stride, int64_t kc, int w,
+                                                            const int W, float *dst) {
+    if (w == W) { /* W is a constant here: the copies become vector moves, not calls */
+        for (int64_t p = 0; p < kc; p++) memcpy(dst + p * W, src + p * stride, (size_t)W * sizeof(float));
+        return;
+    }
     for (int64_t p = 0; p < kc; p++) {
         memcpy(dst + p * W, src + p * stride, (size_t)w * sizeof(float));
         memset(dst + p * W + w, 0, (size_t)(W - w) * sizeof(float));

@@ -1,0 +1,32 @@
+/* Pieces of the register-tiled microkernels shared by gemm_avx512.c and
+ * gemm_avx2.c. The including file defines
+ *
+ *   OP(op, S)    the intrinsic for op on element suffix S (ps: f32, pd: f64),
+ *                e.g. _mm512_##op##_##S
+ *   VEC(S)       the vector type for S
+ *
+ * A tile is rows x (two vectors) of accumulators c<row>_0, c<row>_1; per k,
+ * one broadcast of A per row times the two B vectors b0, b1. */
+#ifndef CANDLE_CPU_GEMM_MICRO_H
+#define CANDLE_CPU_GEMM_MICRO_H
+
+#define ELEM_ps float
+#define ELEM_pd double
+#define ELEM_(S) ELEM_##S
+#define ELEM(S) ELEM_(S)
+
+#define ROWS2(X, S) X(0, S) X(1, S)
+#define ROWS4(X, S) ROWS2(X, S) X(2, S) X(3, S)
+#define ROWS6(X, S) ROWS4(X, S) X(4, S) X(5, S)
+#define ROWS8(X, S) ROWS6(X, S) X(6, S) X(7, S)
+#define ROWS14(X, S) ROWS8(X, S) X(8, S) X(9, S) X(10, S) X(11, S) X(12, S) X(13, S)
+
+#define DECL(i, S) VEC(S) c##i##_0 = OP(setzero, S)(), c##i##_1 = OP(setzero, S)();
+#define STEP(i, S)                                    \
+    {                                                 \
+        const VEC(S) ai = OP(set1, S)(a[i]);          \
+        c##i##_0 = OP(fmadd, S)(ai, b0, c##i##_0);    \
+        c##i##_1 = OP(fmadd, S)(ai, b1, c##i##_1);    \
+    }
+
+#endif
