@@ -20,6 +20,7 @@ from .errors import (  # noqa: E402
     KernelError, PluginError, ShapeError, UnsupportedOpError,
 )
 from .info import plugins  # noqa: E402
+from .io import load, save  # noqa: E402
 from .ops.creation import (  # noqa: E402
     arange, empty, empty_like, eye, from_numpy, full, full_like, manual_seed, ones, ones_like, rand,
     rand_like, randn, randn_like, tensor, zeros, zeros_like,
@@ -46,7 +47,7 @@ __all__ = [
     "Tensor", "DType", "Device", "get_device", "get_dtype", "tensor", "zeros", "ones", "full", "empty",
     "arange", "eye", "rand", "randn", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
     "randn_like", "from_numpy", "from_dlpack", "manual_seed", "custom_op", "register_plugin", "unregister_plugin", "cat", "concat", "stack", "where", "matmul",
-    "u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "functional", "utils", "plugins",
+    "u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "functional", "utils", "plugins", "load", "save",
     "CandleError", "ShapeError", "DTypeError", "DeviceError", "BackendUnavailableError", "UnsupportedOpError",
     "IndexOutOfRangeError", "KernelError", "PluginError", "FormatError",
 ]

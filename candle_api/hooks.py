@@ -67,6 +67,29 @@ class KernelSet:
 
 
 @dataclass(frozen=True)
+class FormatSpec:
+    """A file format a plugin reads and/or writes (see docs/plugins.md).
+
+    ``sniff(head, path)`` says whether the file is this format from its first
+    bytes (``head``, up to :data:`candle_api.io.HEAD_BYTES`; it may look into
+    the file, e.g. a zip directory). Formats claiming a file by its magic bytes
+    win over those matching its extension only. ``load(path)`` returns a
+    :class:`candle_api.io.TensorFile`; ``save(tensors, path, metadata)``
+    writes a mapping of names to tensors. A malformed file raises
+    :class:`candle_api.errors.FormatError`, never anything else.
+    """
+
+    name: str
+    extensions: tuple[str, ...] = ()
+    sniff: Callable[[bytes, Any], bool] | None = None
+    load: Callable[[Any], Any] | None = None
+    save: Callable[[Mapping, Any, Mapping | None], None] | None = None
+    priority: int = 0
+    description: str = ""
+    api_version: int = HOOK_API_VERSION
+
+
+@dataclass(frozen=True)
 class OpDef:
     """A custom op: a name the kernel tables can serve, and how to call it.
 
@@ -98,7 +121,7 @@ class HookSpecs:
         and cached; called again when a plugin registers."""
 
     @hookspec
-    def candle_api_formats(self) -> list:
+    def candle_api_formats(self) -> list[FormatSpec]:
         """File formats this plugin reads and writes (see candle_api.io)."""
 
     @hookspec(historic=True)

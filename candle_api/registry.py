@@ -18,7 +18,7 @@ import pluggy
 
 from .dtype import get_dtype
 from .errors import PluginError
-from .hooks import HOOK_API_VERSION, BackendSpec, HookSpecs, KernelSet, OpDef
+from .hooks import HOOK_API_VERSION, BackendSpec, FormatSpec, HookSpecs, KernelSet, OpDef
 
 ENTRY_POINT_GROUP = "candle_api"
 
@@ -67,6 +67,7 @@ class Registry:
         self._records: dict[str, PluginRecord] = {}
         self._tables: dict[str, KernelTable] = {}
         self._backends: dict[str, tuple[BackendSpec, str]] | None = None
+        self._formats: list[tuple[FormatSpec, str]] | None = None
         self._listeners: list[Callable[[], None]] = []
         self.ops = OpRegistry()
 
@@ -135,6 +136,7 @@ class Registry:
     def _changed(self) -> None:
         self._tables.clear()
         self._backends = None
+        self._formats = None
         for callback in self._listeners:
             callback()
 
@@ -180,6 +182,25 @@ class Registry:
                     if spec.name not in found or spec.priority > found[spec.name][0].priority:
                         found[spec.name] = (spec, plugin)
             self._backends = found
+            return found
+
+    def formats(self) -> list[tuple[FormatSpec, str]]:
+        """(spec, plugin name) of every format, highest priority first."""
+        self.ensure_loaded()
+        if self._formats is not None:
+            return self._formats
+        with self._lock:
+            found = []
+            for plugin, fn in self._impls("candle_api_formats"):
+                for spec in self._call(plugin, fn) or ():
+                    if not isinstance(spec, FormatSpec):
+                        self._bad_result(plugin, "candle_api_formats", spec)
+                    elif spec.api_version > HOOK_API_VERSION:
+                        self._records[plugin].error = f"format {spec.name!r} needs hook API {spec.api_version}"
+                    else:
+                        found.append((spec, plugin))
+            found.sort(key=lambda item: -item[0].priority)
+            self._formats = found
             return found
 
     def kernel_table(self, device_type: str) -> KernelTable:

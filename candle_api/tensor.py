@@ -192,6 +192,12 @@ class Tensor:
     def to_device(self, device) -> "Tensor":
         return ops.creation.to_device(self, device)
 
+    def quantize(self, ggml_dtype: str):
+        """This tensor as a GGML-quantized ``QTensor`` (``"q4_0"``, ``"q8_0"``, ``"q4k"``...)."""
+        from .quantized import QTensor
+
+        return QTensor.quantize(self, ggml_dtype)
+
     def to(self, *args, **kwargs) -> "Tensor":
         """``to(dtype)``, ``to(device)``, ``to(other_tensor)`` or keywords ``dtype=``, ``device=``."""
         return ops.creation.to(self, *args, **kwargs)

@@ -59,3 +59,40 @@ def set_num_threads(n: int) -> None:
     if backend is None:
         raise CandleError("no cpu backend is installed")
     backend.set_num_threads(int(n))
+
+
+# ---- files, with candle-pyo3's names (the front door is candle_api.load / save) -------------
+def load_safetensors(path, device=None) -> dict:
+    """name -> Tensor of a safetensors file (memory-mapped on cpu)."""
+    from . import io
+
+    return dict(io.load(path, device=device, format="safetensors"))
+
+
+def save_safetensors(path, tensors) -> None:
+    from . import io
+
+    io.save(tensors, path, format="safetensors")
+
+
+def load_gguf(path, device=None) -> tuple[dict, dict]:
+    """(name -> QTensor, metadata) of a GGUF file."""
+    from . import io
+
+    f = io.load(path, device=device, format="gguf")
+    return dict(f), dict(f.metadata)
+
+
+def save_gguf(path, tensors, metadata) -> None:
+    """Writes QTensors (or Tensors, stored as they are) and metadata as GGUF v3."""
+    from . import io
+
+    io.save(tensors, path, metadata, format="gguf")
+
+
+def load_ggml(path, device=None) -> tuple[dict, dict, list]:
+    """(name -> QTensor, hyper-parameters, vocabulary) of a legacy GGML/GGJT file."""
+    from . import io
+
+    f = io.load(path, device=device, format="ggml")
+    return dict(f), dict(f.metadata.get("hparams", {})), list(f.metadata.get("vocab", []))
