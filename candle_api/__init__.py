@@ -7,7 +7,8 @@ are found through the ``candle_api`` entry points on the first device query.
 __version__ = "0.1.0"
 
 from .tensor import Tensor  # noqa: E402  (first: the op modules build on it)
-from . import functional, utils  # noqa: E402
+from . import autograd, functional, utils  # noqa: E402
+from .autograd import GradStore, enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from .device import Device, get_device  # noqa: E402
 from .dlpack import from_dlpack  # noqa: E402
 from .dtype import (  # noqa: E402
@@ -28,6 +29,7 @@ from .ops.creation import (  # noqa: E402
 from .ops.custom import custom_op  # noqa: E402
 from .ops.elementwise import where  # noqa: E402
 from .registry import registry  # noqa: E402
+from .var import Var  # noqa: E402
 from .ops.linalg import matmul  # noqa: E402
 from .ops.shape import cat, stack  # noqa: E402
 
@@ -44,7 +46,8 @@ def unregister_plugin(name: str) -> None:
     registry().unregister(name)
 
 __all__ = [
-    "Tensor", "DType", "Device", "get_device", "get_dtype", "tensor", "zeros", "ones", "full", "empty",
+    "Tensor", "Var", "GradStore", "autograd", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
+    "DType", "Device", "get_device", "get_dtype", "tensor", "zeros", "ones", "full", "empty",
     "arange", "eye", "rand", "randn", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
     "randn_like", "from_numpy", "from_dlpack", "manual_seed", "custom_op", "register_plugin", "unregister_plugin", "cat", "concat", "stack", "where", "matmul",
     "u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "functional", "utils", "plugins", "load", "save",

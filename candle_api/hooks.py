@@ -98,12 +98,16 @@ class OpDef:
     :func:`candle_api_kernels` under ``(name, dtype of the first input)`` and
     are called as ``kernel(out_storage, [(storage, layout), ...], params)``.
     ``decompose(*inputs, **params)``, when given, computes the op from other
-    ops on devices that have no kernel for it.
+    ops on devices that have no kernel for it (autograd then follows those
+    ops). ``backward(inputs, output, grad, **params)`` returns one gradient
+    (or None) per input; without it, differentiating through the kernel
+    raises instead of silently dropping the gradient.
     """
 
     name: str
     infer: Callable[..., tuple[tuple, Any]]
     decompose: Callable | None = None
+    backward: Callable | None = None
     doc: str = ""
     extra: dict = field(default_factory=dict)
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import autograd
 from .dtype import get_dtype
-from .errors import ShapeError
+from .errors import DTypeError, ShapeError
 
 
 class _Strides(tuple):
@@ -233,6 +234,48 @@ class Tensor:
     def detach(self) -> "Tensor":
         """The same data, cut from the autograd graph."""
         return ops.core.view(self, self._layout)
+
+    # ---- autograd ------------------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        """True when gradients flow to or through this tensor."""
+        return self._node is not None
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        """Makes this tensor a leaf whose gradient is kept in ``.grad`` (or,
+        with False, cuts it from the graph). Returns self, as in PyTorch."""
+        if requires_grad:
+            if not self._dtype.is_float:
+                raise DTypeError(f"only float tensors can require gradients, not {self._dtype}")
+            if not isinstance(self._node, autograd.Leaf):
+                self._node = autograd.Leaf()
+        else:
+            self._node = None
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return not isinstance(self._node, autograd.Node)
+
+    @property
+    def grad(self):
+        """The gradient accumulated by backward passes (leaves only, else None)."""
+        node = self._node
+        return node.grad if isinstance(node, autograd.Leaf) else None
+
+    @grad.setter
+    def grad(self, value) -> None:
+        if not isinstance(self._node, autograd.Leaf):
+            raise ValueError("only a leaf that requires gradients has a .grad (see requires_grad_())")
+        if value is not None and (value.shape != self.shape or value.dtype is not self.dtype):
+            raise ShapeError(f"a gradient of shape {value.shape} and dtype {value.dtype} for a tensor of "
+                             f"shape {self.shape} and dtype {self.dtype}")
+        self._node.grad = value
+
+    def backward(self, gradient=None):
+        """Back-propagates from this tensor: every leaf it depends on gets its
+        gradient added to ``.grad``; returns the gradients as a GradStore (Candle)."""
+        return autograd.backward(self, gradient)
 
     # ---- views -------------------------------------------------------------------------
     def reshape(self, *shape) -> "Tensor":

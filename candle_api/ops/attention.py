@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from ..autograd.engine import grad as autograd_grad
+from ..autograd.graph import enable_grad, record, tracks
 from ..dtype import u8
 from ..errors import DTypeError, ShapeError
 from ..layout import Layout
@@ -76,7 +78,22 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
             mask_args = (attn_mask._storage, lm, attn_mask._dtype)
         kernel(dev, "sdpa", dtype)(out, query._storage, lq, key._storage, lk, value._storage, lv, *mask_args,
                                    bool(is_causal), float(scale))
-    return make(out, lay, dtype, dev)
+    result = make(out, lay, dtype, dev)
+    additive = attn_mask if attn_mask is not None and attn_mask._dtype is dtype else None
+    inputs = (query, key, value) + ((additive,) if additive is not None else ())
+    if tracks(*inputs):
+        record(result, "sdpa", inputs, lambda g: _recomputed_grads(inputs, attn_mask, is_causal, scale, g))
+    return result
+
+
+def _recomputed_grads(inputs, attn_mask, is_causal, scale, g):
+    """Gradients through the decomposition, recomputed from the inputs (the
+    fused forward kept no score matrix to differentiate)."""
+    with enable_grad():
+        leaves = [t.detach().requires_grad_() for t in inputs]
+        mask = leaves[3] if len(leaves) == 4 else attn_mask
+        out = _decomposed(leaves[0], leaves[1], leaves[2], mask, is_causal, scale)
+    return autograd_grad(out, leaves, g)
 
 
 def _broadcast_mask(op: str, mask: Tensor, shape: tuple) -> Layout:

@@ -6,10 +6,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..autograd.graph import record, tracks
 from ..errors import ShapeError
 from ..layout import Layout
 from ..tensor import Tensor
-from .core import check_tensor, kernel, make, require_float, same_device, same_dtype
+from .core import check_tensor, kernel, make, require_float, same_device, same_dtype, view
 
 
 def _pair(v, name: str) -> tuple[int, int]:
@@ -71,7 +74,50 @@ def _conv(op: str, x: Tensor, w: Tensor, padding, stride, dilation, groups, tran
     if lay.numel:
         kernel(dev, op.replace("1d", "2d"), dtype)(out, x._storage, x._layout, w._storage, w._layout, params)
     result = make(out, lay, dtype, dev)
+    if tracks(x, w):
+        geometry = ((ph, pw), (sh, sw), (dh, dw), groups)
+        record(result, op, (x, w), lambda g: _conv_backward(x, w, g, geometry, transposed))
     return result.squeeze(0) if unbatched else result
+
+
+def _conv_backward(x, w, g, geometry, transposed):
+    padding, stride, dilation, groups = geometry
+    kh, kw = w.shape[2:]
+    gx = gw = None
+    if not transposed:
+        if x._node is not None:  # the adjoint of a convolution is the transposed one
+            extra = tuple(size - ((o - 1) * s - 2 * p + d * (k - 1) + 1)
+                          for size, o, s, p, d, k in zip(x.shape[2:], g.shape[2:], stride, padding, dilation, (kh, kw)))
+            gx = conv_transpose2d(g, w, padding, extra, stride, dilation, groups)
+        if w._node is not None:
+            gw = _weight_grad(x, g, (kh, kw), padding, stride, dilation, groups)
+    else:
+        if x._node is not None:
+            gx = conv2d(g, w, padding, stride, dilation, groups)
+            gx = gx.narrow(2, 0, x.shape[2]).narrow(3, 0, x.shape[3])
+        if w._node is not None:
+            gw = _weight_grad(g, x, (kh, kw), padding, stride, dilation, groups)
+    return gx, gw
+
+
+def _weight_grad(inp, gout, ksize, padding, stride, dilation, groups):
+    """dL/dw of ``gout = conv2d(inp, w)``: shape (gout channels, inp channels / groups, kh, kw).
+    Per group, a convolution of inp with gout where batch and channels swap
+    roles and stride and dilation swap places."""
+    cin, cout = inp.shape[1] // groups, gout.shape[1] // groups
+    parts = []
+    for gi in range(groups):
+        xi = inp.narrow(1, gi * cin, cin).transpose(0, 1)     # (cin, b, h, w)
+        gi_ = gout.narrow(1, gi * cout, cout).transpose(0, 1)  # (cout, b, oh, ow): the kernel
+        full = conv2d(xi, gi_, padding, dilation, stride)      # (cin, cout, >= kh, >= kw)
+        parts.append(full.narrow(2, 0, ksize[0]).narrow(3, 0, ksize[1]).transpose(0, 1))
+    return parts[0] if groups == 1 else _cat(parts, 0)
+
+
+def _cat(parts, dim):
+    from .shape import cat
+
+    return cat(parts, dim)
 
 
 def conv2d(x, w, padding=0, stride=1, dilation=1, groups=1) -> Tensor:
@@ -140,7 +186,65 @@ def pool2d(op: str, x: Tensor, kernel_size, stride=None, padding=0, dilation=1, 
     if lay.numel:
         kernel(dev, op, x._dtype)(out, x._storage, x._layout, params)
     result = make(out, lay, x._dtype, dev)
+    if tracks(x):
+        record(result, op, (x,), lambda g: (_pool_backward(op, x, result, g, params),))
     return result.squeeze(0) if unbatched else result
+
+
+def _taps(size: int, k: int, s: int, p: int, d: int, out: int):
+    """Per window tap: (tap, first output position, count, first input position)
+    for the outputs whose tap falls inside the input."""
+    for tap in range(k):
+        shift = tap * d - p  # input position of this tap for output 0
+        first = -(shift // s) if shift < 0 else 0
+        last = min(out, (size - 1 - shift) // s + 1) if size - 1 - shift >= 0 else 0
+        if last > first:
+            yield tap, first, last - first, first * s + shift
+
+
+def _pool_backward(op, x, out, g, params):
+    """Walks the window taps: each is a strided view of x against a block of
+    the output. Max pooling routes the gradient to the first maximum of each
+    window (the forward's choice); average pooling spreads it over the taps."""
+    from .creation import zeros
+    from .shape import copy_into
+
+    b, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, include_pad = params
+    gx = zeros(x.shape, dtype=g.dtype, device=g.device)
+    if op == "avg_pool2d":
+        g = g / _avg_divisor(params, g)
+    else:
+        taken = zeros(out.shape, dtype=g.dtype, device=g.device)
+    for i, oy, ny, y in _taps(h, kh, sh, ph, dh, oh):
+        for j, ox, nx, xx in _taps(w, kw, sw, pw, dw, ow):
+            block = g._layout.narrow(2, oy, ny).narrow(3, ox, nx)
+            gb = view(g, block)
+            if op == "max_pool2d":
+                tl = taken._layout.narrow(2, oy, ny).narrow(3, ox, nx)
+                xv = view(x, x._layout.slice(2, y, ny, sh).slice(3, xx, nx, sw))
+                first = (xv == view(out, out._layout.narrow(2, oy, ny).narrow(3, ox, nx))).to_dtype(g.dtype)
+                first = first * (1.0 - view(taken, tl))
+                copy_into(taken, tl, view(taken, tl) + first)
+                gb = gb * first
+            target = gx._layout.slice(2, y, ny, sh).slice(3, xx, nx, sw)
+            copy_into(gx, target, view(gx, target) + gb)
+    return gx
+
+
+def _avg_divisor(params, like) -> Tensor:
+    """How many taps each average pooling window divided by, as the forward kernel counts them."""
+    from .creation import from_array
+
+    b, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, include_pad = params
+
+    def counts(size, k, s, p, d, out):
+        pos = np.arange(out)[:, None] * s - p + np.arange(k)[None, :] * d
+        lo, hi = (-p, size + p) if include_pad else (0, size)
+        return ((pos >= lo) & (pos < hi)).sum(1)
+
+    cy, cx = counts(h, kh, sh, ph, dh, oh), counts(w, kw, sw, pw, dw, ow)
+    div = np.maximum(cy[:, None] * cx[None, :], 1).astype(like.dtype.np)
+    return from_array(div, like.dtype, like.device)
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> Tensor:
@@ -171,4 +275,31 @@ def upsample2d(x: Tensor, target_h: int, target_w: int, mode: str = "nearest", a
     if lay.numel:
         kernel(dev, op, x._dtype)(out, x._storage, x._layout, target_h, target_w, bool(align_corners))
     result = make(out, lay, x._dtype, dev)
+    if tracks(x):
+        rows = _resize_matrix(mode, align_corners, h, target_h, x)
+        cols = _resize_matrix(mode, align_corners, w, target_w, x)
+        record(result, op, (x,), lambda g: (rows.t() @ g @ cols,))
     return result.squeeze(0) if unbatched else result
+
+
+def _resize_matrix(mode: str, align_corners: bool, size: int, out: int, like) -> Tensor:
+    """The (out, size) matrix of the forward's interpolation along one axis
+    (the resize is separable: out = R x C^T), as the kernel computes its taps."""
+    from .creation import from_array
+
+    dst = np.arange(out, dtype=np.float64)
+    if mode == "nearest":
+        i0 = np.minimum((dst * size / out).astype(np.int64), size - 1)
+        i1, f = i0, np.zeros(out)
+    else:
+        if align_corners:
+            src = dst * (size - 1) / (out - 1) if out > 1 else np.zeros(out)
+        else:
+            src = np.maximum((dst + 0.5) * size / out - 0.5, 0.0)
+        i0 = np.minimum(src.astype(np.int64), size - 1)
+        i1 = np.minimum(i0 + 1, size - 1)
+        f = src - i0
+    m = np.zeros((out, size))
+    np.add.at(m, (np.arange(out), i0), 1 - f)
+    np.add.at(m, (np.arange(out), i1), f)
+    return from_array(m.astype(like.dtype.np), like.dtype, like.device)

@@ -3,6 +3,7 @@ finding kernels and checking operands."""
 
 from __future__ import annotations
 
+from ..autograd.graph import is_grad_enabled, record
 from ..errors import DeviceError, DTypeError, ShapeError, UnsupportedOpError
 from ..layout import Layout, normalize_dim
 from ..registry import registry
@@ -23,8 +24,16 @@ def make(storage, layout: Layout, dtype, device) -> Tensor:
 
 
 def view(x: Tensor, layout: Layout) -> Tensor:
-    """Another view of x's storage."""
+    """Another view of x's storage (not recorded for autograd: see derived_view)."""
     return make(x._storage, layout, x._dtype, x._device)
+
+
+def derived_view(x: Tensor, layout: Layout, op: str, backward) -> Tensor:
+    """A view of x that autograd follows: ``backward(g)`` is x's gradient."""
+    t = make(x._storage, layout, x._dtype, x._device)
+    if x._node is not None and is_grad_enabled():
+        record(t, op, (x,), lambda g: (backward(g),))
+    return t
 
 
 def empty(shape: tuple, dtype, device) -> Tensor:

@@ -8,6 +8,7 @@ import numbers
 import numpy as np
 
 from .. import device as device_mod
+from ..autograd.graph import is_grad_enabled, record
 from ..device import get_device, known_devices
 from ..dtype import f32, get_dtype, from_numpy_dtype, i64, u32
 from ..errors import DTypeError, ShapeError
@@ -204,7 +205,11 @@ def to_device(x: Tensor, device) -> Tensor:
     if dev is x._device:
         return x
     host = np.ascontiguousarray(x.numpy())
-    return from_array(host, x._dtype, dev)
+    out = from_array(host, x._dtype, dev)
+    if x._node is not None and is_grad_enabled():
+        source = x._device
+        record(out, "to_device", (x,), lambda g: (to_device(g, source),))
+    return out
 
 
 def to(x: Tensor, *args, **kwargs) -> Tensor:

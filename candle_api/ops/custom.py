@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..errors import UnsupportedOpError
+from ..autograd.graph import record, tracks
+from ..errors import CandleError, UnsupportedOpError
 from ..registry import registry
 from ..tensor import Tensor
 from .core import check_tensor, empty, same_device, unsupported
@@ -30,4 +31,13 @@ def custom_op(name: str, *inputs: Tensor, **params) -> Tensor:
     out = empty(tuple(shape), out_dtype, dev)
     if out._layout.numel:
         k(out._storage, [(t._storage, t._layout) for t in inputs], params)
+    if tracks(*inputs):
+        record(out, name, inputs, lambda g: _custom_backward(opdef, inputs, out, g, params))
     return out
+
+
+def _custom_backward(opdef, inputs, out, g, params):
+    if opdef.backward is None:
+        raise CandleError(f"custom op {opdef.name!r} has no backward: it cannot pass gradients to its inputs "
+                          "(give its OpDef a backward, or a decompose and run it on a device without the kernel)")
+    return tuple(opdef.backward(inputs, out, g, **params))

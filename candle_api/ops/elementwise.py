@@ -14,6 +14,8 @@ import numbers
 
 import numpy as np
 
+from ..autograd.graph import is_grad_enabled, record
+from ..autograd.helpers import sum_to, where_or_zero
 from ..dtype import u8
 from ..errors import DTypeError
 from ..layout import Layout
@@ -41,6 +43,9 @@ def unary(op: str, x: Tensor) -> Tensor:
         k(out, x._storage, x._layout)
     t = _new(Tensor)
     t._storage, t._layout, t._dtype, t._device, t._node = out, lay, dtype, dev, None
+    if x._node is not None and is_grad_enabled():
+        rule = UNARY_GRADS[op]
+        record(t, op, (x,), lambda g: (rule(x, t, g),))
     return t
 
 
@@ -54,7 +59,11 @@ def param(op: str, x: Tensor, p0: float, p1: float) -> Tensor:
     out = dev.backend.alloc(lay.numel * dtype.itemsize)
     if lay.numel:
         k(out, x._storage, x._layout, float(p0), float(p1))
-    return make(out, lay, dtype, dev)
+    t = make(out, lay, dtype, dev)
+    if x._node is not None and is_grad_enabled():
+        rule = PARAM_GRADS[op]
+        record(t, op, (x,), lambda g: (rule(x, t, g, p0, p1),))
+    return t
 
 
 # Composite forms of unary ops, for backends without a kernel for them.
@@ -102,7 +111,16 @@ def binary(op: str, a: Tensor, b: Tensor, out_dtype=None) -> Tensor:
         k(out, a._storage, la, b._storage, lb)
     t = _new(Tensor)
     t._storage, t._layout, t._dtype, t._device, t._node = out, lay, out_dtype, dev, None
+    if (a._node is not None or b._node is not None) and out_dtype is dtype and is_grad_enabled():
+        rule = BINARY_GRADS[op]
+        record(t, op, (a, b), lambda g: _binary_backward(rule, a, b, t, g))
     return t
+
+
+def _binary_backward(rule, a, b, out, g):
+    ga, gb = rule(a, b, out, g)
+    return (sum_to(ga, a.shape) if a._node is not None else None,
+            sum_to(gb, b.shape) if b._node is not None else None)
 
 
 _AFFINE = {  # scalar forms that are one affine kernel: (mul, add) from the scalar s
@@ -198,7 +216,11 @@ def where(cond: Tensor, on_true, on_false) -> Tensor:
             on_true._storage, on_true._layout.broadcast_as(shape),
             on_false._storage, on_false._layout.broadcast_as(shape),
         )
-    return make(out, lay, dtype, dev)
+    t = make(out, lay, dtype, dev)
+    if (on_true._node is not None or on_false._node is not None) and is_grad_enabled():
+        record(t, "where", (on_true, on_false), lambda g: (sum_to(where_or_zero(cond, g), on_true.shape),
+                                                          sum_to(where(cond, 0.0, g), on_false.shape)))
+    return t
 
 
 def cast(x: Tensor, dtype) -> Tensor:
@@ -211,7 +233,10 @@ def cast(x: Tensor, dtype) -> Tensor:
     out = dev.backend.alloc(lay.numel * dtype.itemsize)
     if lay.numel:
         kernel(dev, "cast", x._dtype)(out, x._storage, x._layout, dtype)
-    return make(out, lay, dtype, dev)
+    t = make(out, lay, dtype, dev)
+    if x._node is not None and dtype.is_float and is_grad_enabled():
+        record(t, "cast", (x,), lambda g: (cast(g, x._dtype),))
+    return t
 
 
 def clamp(x: Tensor, lo=None, hi=None) -> Tensor:
@@ -223,3 +248,100 @@ def clamp(x: Tensor, lo=None, hi=None) -> Tensor:
             out = binary_any("minimum", out, hi)
         return out
     return param("clamp", x, -math.inf if lo is None else lo, math.inf if hi is None else hi)
+
+
+# ---- gradients ------------------------------------------------------------------------------
+# rule(x, y, g) -> dL/dx for y = op(x); the rules use tensor ops, so they run on any device.
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _zero(x, y, g):
+    return g * 0.0
+
+
+def _gelu_tanh_grad(x, y, g):
+    inner = (x * x * 0.044715 + 1.0) * x * _SQRT_2_OVER_PI
+    t = inner.tanh()
+    d_inner = (x * x * (3 * 0.044715) + 1.0) * _SQRT_2_OVER_PI
+    return g * ((t + 1.0) * 0.5 + x * 0.5 * (1.0 - t * t) * d_inner)
+
+
+def _gelu_erf_grad(x, y, g):
+    cdf = (x * (1.0 / math.sqrt(2.0))).erf().affine(0.5, 0.5)
+    pdf = (x * x * -0.5).exp() * (1.0 / math.sqrt(2.0 * math.pi))
+    return g * (cdf + x * pdf)
+
+
+def _silu_grad(x, y, g):
+    s = x.sigmoid()
+    return g * s * (x * (1.0 - s) + 1.0)
+
+
+UNARY_GRADS = {
+    "abs": lambda x, y, g: g * x.sign(),
+    "neg": lambda x, y, g: -g,
+    "sqr": lambda x, y, g: g * x * 2.0,
+    "sign": _zero, "ceil": _zero, "floor": _zero, "round": _zero, "trunc": _zero,
+    "relu": lambda x, y, g: where_or_zero(x > 0, g),
+    "recip": lambda x, y, g: -(g * y * y),
+    "sqrt": lambda x, y, g: g * 0.5 / y,
+    "rsqrt": lambda x, y, g: g * y * y * y * -0.5,
+    "exp": lambda x, y, g: g * y,
+    "expm1": lambda x, y, g: g * (y + 1.0),
+    "log": lambda x, y, g: g / x,
+    "log1p": lambda x, y, g: g / (x + 1.0),
+    "sin": lambda x, y, g: g * x.cos(),
+    "cos": lambda x, y, g: -(g * x.sin()),
+    "tan": lambda x, y, g: g * (y * y + 1.0),
+    "asin": lambda x, y, g: g * (1.0 - x * x).rsqrt(),
+    "acos": lambda x, y, g: -(g * (1.0 - x * x).rsqrt()),
+    "atan": lambda x, y, g: g / (x * x + 1.0),
+    "sinh": lambda x, y, g: g * x.cosh(),
+    "cosh": lambda x, y, g: g * x.sinh(),
+    "tanh": lambda x, y, g: g * (1.0 - y * y),
+    "asinh": lambda x, y, g: g * (x * x + 1.0).rsqrt(),
+    "acosh": lambda x, y, g: g * (x * x - 1.0).rsqrt(),
+    "atanh": lambda x, y, g: g / (1.0 - x * x),
+    "erf": lambda x, y, g: g * (x * x * -1.0).exp() * (2.0 / math.sqrt(math.pi)),
+    "gelu": _gelu_tanh_grad,
+    "gelu_erf": _gelu_erf_grad,
+    "silu": _silu_grad,
+    "sigmoid": lambda x, y, g: g * y * (1.0 - y),
+    "softplus": lambda x, y, g: g * x.sigmoid(),
+}
+
+# rule(x, y, g, p0, p1) for the ops with two float parameters.
+PARAM_GRADS = {
+    "affine": lambda x, y, g, mul, add: g * float(mul),
+    "powf": lambda x, y, g, p, _: g * param("powf", x, p - 1.0, 0.0) * float(p),
+    "elu": lambda x, y, g, alpha, _: where(x > 0, g, g * (y + float(alpha))),
+    "leaky_relu": lambda x, y, g, slope, _: where(x > 0, g, g * float(slope)),
+    "clamp": lambda x, y, g, lo, hi: where_or_zero((x >= lo) * (x <= hi), g),
+}
+
+
+def _extreme_grads(a, b, out, g, a_wins):
+    """maximum/minimum: the gradient goes to the winner, split evenly on ties."""
+    half = g * 0.5
+    ga = where(a_wins, g, where(a == b, half, 0.0))
+    return ga, g - ga
+
+
+def _pow_grads(a, b, out, g):
+    ga = g * b * binary("pow", a, b - 1.0)
+    # d/db a^b = a^b log a, taken as 0 where a == 0 (the limit for b > 0)
+    gb = where(a == 0, 0.0, g * out * a.log())
+    return ga, gb
+
+
+BINARY_GRADS = {
+    "add": lambda a, b, out, g: (g, g),
+    "sub": lambda a, b, out, g: (g, -g),
+    "mul": lambda a, b, out, g: (g * b, g * a),
+    "div": lambda a, b, out, g: (g / b, -(g * out / b)),
+    "maximum": lambda a, b, out, g: _extreme_grads(a, b, out, g, a > b),
+    "minimum": lambda a, b, out, g: _extreme_grads(a, b, out, g, a < b),
+    "pow": _pow_grads,
+    "rem": lambda a, b, out, g: (g, -(g * (a / b).floor())),
+    "fmod": lambda a, b, out, g: (g, -(g * (a / b).trunc())),
+}

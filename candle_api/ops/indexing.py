@@ -14,12 +14,14 @@ import numbers
 
 import numpy as np
 
+from ..autograd.graph import is_grad_enabled, record, tracks
+from ..autograd.helpers import scatter_view
 from ..dtype import INDEX_DTYPES, i64, u8
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ..layout import Layout, normalize_dim
 from ..tensor import Tensor
-from .core import check_tensor, kernel, make, same_device, view
-from .creation import from_array
+from .core import check_tensor, derived_view, kernel, make, same_device
+from .creation import from_array, zeros_like
 from .shape import contiguous, copy, flatten, reshape
 
 
@@ -41,11 +43,15 @@ def getitem(x: Tensor, index) -> Tensor:
             new = lay.narrow(0, start, n)
         t = _new(Tensor)
         t._storage, t._layout, t._dtype, t._device, t._node = x._storage, new, x._dtype, x._device, None
+        if x._node is not None and is_grad_enabled():
+            record(t, "getitem", (x,), lambda g: (scatter_view(x, lambda lz: lz.narrow(0, start, n), g),))
         return t
     if index.__class__ is int and lay.shape:
         n = lay.shape[0]
         if -n <= index < n:
-            return view(x, lay.select(0, index + n if index < 0 else index))
+            i = index + n if index < 0 else index
+            return derived_view(x, lay.select(0, i), "getitem",
+                                lambda g: scatter_view(x, lambda lz: lz.select(0, i), g))
         raise IndexOutOfRangeError(f"index {index} is out of range for dim 0 of size {n}")
     return _getitem(x, index if isinstance(index, tuple) else (index,))
 
@@ -87,21 +93,29 @@ def _getitem(x: Tensor, index: tuple) -> Tensor:
     if n_ellipsis:
         pos = next(i for i, item in enumerate(index) if item is Ellipsis)
         index = index[:pos] + (slice(None),) * (rank - used) + index[pos + 1 :]
-    # Basic indexing as one layout change; advanced items are kept for later with
-    # the dim they apply to in the resulting view.
+    # Basic indexing as one layout change (a list of steps, replayed by the
+    # backward pass); advanced items are kept for later with the dim they apply
+    # to in the resulting view.
+    steps = []
     lay = x._layout
     dim = 0
     advanced = []  # (dim in the view, item)
     needs_copy = False
+
+    def add(step):
+        nonlocal lay
+        steps.append(step)
+        lay = step(lay)
+
     for item in index:
         if item is None:
-            lay = lay.unsqueeze(dim)
+            add(lambda l, d=dim: l.unsqueeze(d))
             dim += 1
         elif isinstance(item, slice):
             size = lay.shape[dim]
             start, stop, step = item.indices(size)
             length = len(range(start, stop, step))
-            lay = lay.slice(dim, start, length, step)
+            add(lambda l, d=dim, a=start, n=length, s=step: l.slice(d, a, n, s))
             needs_copy |= step < 0
             dim += 1
         elif _is_advanced(item):
@@ -112,12 +126,10 @@ def _getitem(x: Tensor, index: tuple) -> Tensor:
                 if k == 0 or lay.shape[dim : dim + k] != mask.shape:
                     raise IndexError(f"mask of shape {mask.shape} does not match dims {lay.shape[dim:dim + k]}")
                 merged = lay.shape[:dim] + (mask.size,) + lay.shape[dim + k :]
-                flat = lay.reshape(merged)
-                if flat is None:  # those dims cannot merge in place: copy once
-                    x = copy(view(x, lay))
-                    needs_copy = False
-                    flat = x._layout.reshape(merged)
-                lay = flat
+                if lay.reshape(merged) is None:  # those dims cannot merge in place: copy once
+                    x = copy(_basic_view(x, steps))
+                    steps, lay, needs_copy = [], x._layout, False
+                add(lambda l, m=merged: l.reshape(m))
                 advanced.append((dim, np.flatnonzero(mask)))
             else:
                 advanced.append((dim, item))
@@ -127,15 +139,27 @@ def _getitem(x: Tensor, index: tuple) -> Tensor:
             size = lay.shape[dim]
             if not -size <= i < size:
                 raise IndexOutOfRangeError(f"index {i} is out of range for dim {dim} of size {size}")
-            lay = lay.select(dim, i + size if i < 0 else i)
+            add(lambda l, d=dim, j=i + size if i < 0 else i: l.select(d, j))
         else:
             raise IndexError(f"unsupported index {item!r} of type {type(item).__name__}")
-    out = view(x, lay)
+    out = _basic_view(x, steps)
     if needs_copy:
         out = copy(out)
     if advanced:
         out = _advanced(out, advanced)
     return out
+
+
+def _replay(steps, lay: Layout) -> Layout:
+    for step in steps:
+        lay = step(lay)
+    return lay
+
+
+def _basic_view(x: Tensor, steps: list) -> Tensor:
+    """x viewed through the layout steps of basic indexing, which never repeat an element."""
+    return derived_view(x, _replay(steps, x._layout), "getitem",
+                        lambda g: scatter_view(x, lambda lz: _replay(steps, lz), g))
 
 
 def _index_tensor(item, size: int, device) -> Tensor:
@@ -201,7 +225,10 @@ def index_select(x: Tensor, ids: Tensor, dim: int) -> Tensor:
     out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
     if lay.numel or ids.shape[0]:
         kernel(dev, "index_select", x._dtype)(out, x._storage, x._layout, ids._storage, ids._layout, ids.dtype, dim)
-    return make(out, lay, x._dtype, dev)
+    t = make(out, lay, x._dtype, dev)
+    if tracks(x):
+        record(t, "index_select", (x,), lambda g: (index_add(zeros_like(x), ids, g, dim),))
+    return t
 
 
 def gather(x: Tensor, ids: Tensor, dim: int) -> Tensor:
@@ -219,7 +246,10 @@ def gather(x: Tensor, ids: Tensor, dim: int) -> Tensor:
     out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
     if lay.numel:
         kernel(dev, "gather", x._dtype)(out, x._storage, x._layout, ids._storage, ids._layout, ids.dtype, dim)
-    return make(out, lay, x._dtype, dev)
+    t = make(out, lay, x._dtype, dev)
+    if tracks(x):
+        record(t, "gather", (x,), lambda g: (scatter(zeros_like(x), ids, g, dim, True),))
+    return t
 
 
 def scatter(x: Tensor, ids: Tensor, src: Tensor, dim: int, accumulate: bool) -> Tensor:
@@ -244,7 +274,24 @@ def scatter(x: Tensor, ids: Tensor, src: Tensor, dim: int, accumulate: bool) -> 
     if ids._layout.numel:
         kernel(x._device, op, x._dtype)(out._storage, out._layout, ids._storage, ids._layout, ids.dtype,
                                         src._storage, src_lay, dim)
+    if tracks(x, src):
+        record(out, op, (x, src), lambda g: (
+            g if accumulate else scatter(g, ids, zeros_like(src), dim, False),  # overwritten places get none
+            _covered_grad(src, ids, gather(g, ids, dim))))
     return out
+
+
+def _covered_grad(src: Tensor, ids: Tensor, g: Tensor) -> Tensor:
+    """src's gradient when only its leading ids.shape block was read."""
+    if src.shape == ids.shape:
+        return g
+
+    def block(lay):
+        for d, n in enumerate(ids.shape):
+            lay = lay.narrow(d, 0, n)
+        return lay
+
+    return scatter_view(src, block, g)
 
 
 def index_add(x: Tensor, ids: Tensor, src: Tensor, dim: int) -> Tensor:
@@ -264,6 +311,8 @@ def index_add(x: Tensor, ids: Tensor, src: Tensor, dim: int) -> Tensor:
     if src._layout.numel:
         kernel(x._device, "index_add", x._dtype)(out._storage, out._layout, ids._storage, ids.dtype,
                                                  src._storage, src._layout, dim)
+    if tracks(x, src):
+        record(out, "index_add", (x, src), lambda g: (g, index_select(g, ids, dim)))
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..autograd.graph import record, tracks
+from ..autograd.helpers import sum_to
 from ..errors import ShapeError
 from ..layout import Layout
 from ..tensor import Tensor
@@ -40,4 +42,16 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     if squeeze_m or squeeze_n:
         shape = batch + ((m,) if not squeeze_m else ()) + ((n,) if not squeeze_n else ())
         result = result.reshape(shape)
+    if tracks(a, b):
+        record(result, "matmul", (a, b), lambda g: _matmul_backward(a, b, g, batch + (m, n)))
     return result
+
+
+def _matmul_backward(a: Tensor, b: Tensor, g: Tensor, out_shape: tuple):
+    """dA = G @ B^T and dB = A^T @ G, summed over broadcast batch dims."""
+    a2 = a.unsqueeze(0) if a.rank == 1 else a
+    b2 = b.unsqueeze(1) if b.rank == 1 else b
+    g = g.reshape(out_shape)
+    ga = sum_to(matmul(g, b2.transpose(-1, -2)), a2.shape).reshape(a.shape) if a._node is not None else None
+    gb = sum_to(matmul(a2.transpose(-1, -2), g), b2.shape).reshape(b.shape) if b._node is not None else None
+    return ga, gb

@@ -4,6 +4,7 @@ decomposition into primitive ops instead, on the same device."""
 
 from __future__ import annotations
 
+from ..autograd.graph import record, tracks
 from ..errors import ShapeError
 from ..layout import Layout, normalize_dim
 from ..tensor import Tensor
@@ -48,7 +49,17 @@ def _softmax_like(op: str, decomposed, x: Tensor, dim: int) -> Tensor:
     kernel_op = f"{op}_last"
     if not has_kernel(x._device, kernel_op, x._dtype):
         return decomposed(x, dim)
-    return _on_last_dim(lambda v: _row_op(kernel_op, v), x, dim)
+    return _on_last_dim(lambda v: _fused_row(kernel_op, v), x, dim)
+
+
+def _fused_row(kernel_op: str, x: Tensor) -> Tensor:
+    y = _row_op(kernel_op, x)
+    if tracks(x):
+        if kernel_op == "softmax_last":  # dy = y * (g - sum(g * y))
+            record(y, kernel_op, (x,), lambda g: (y * (g - (g * y).sum_keepdim(-1)),))
+        else:  # log_softmax: dy = g - softmax * sum(g)
+            record(y, kernel_op, (x,), lambda g: (g - y.exp() * g.sum_keepdim(-1),))
+    return y
 
 
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
@@ -92,7 +103,22 @@ def layer_norm(x: Tensor, weight: Tensor, bias=None, eps: float = 1e-5) -> Tenso
     else:
         out = _row_op("layer_norm", x2, w._storage, w._layout, b._storage if b is not None else None,
                       b._layout if b is not None else None, float(eps))
+        if tracks(x2, w, *([b] if b is not None else [])):
+            inputs = (x2, w) + ((b,) if b is not None else ())
+            record(out, "layer_norm", inputs, lambda g: _layer_norm_backward(x2, w, b, eps, g))
     return out.reshape(shape)
+
+
+def _layer_norm_backward(x, w, b, eps, g):
+    """With xh = (x - mean) * rstd: dx = rstd * (gh - mean(gh) - xh * mean(gh * xh)), gh = g * w."""
+    centered = x - x.mean_keepdim(-1)
+    rstd = (centered.sqr().mean_keepdim(-1) + eps).rsqrt()
+    xh = centered * rstd
+    gh = g * w
+    gx = rstd * (gh - gh.mean_keepdim(-1) - xh * (gh * xh).mean_keepdim(-1))
+    rows = tuple(range(x.rank - 1))
+    grads = (gx, (g * xh).sum(rows))
+    return grads + ((g.sum(rows),) if b is not None else ())
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
@@ -103,7 +129,17 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
         out = x2 * (x2.sqr().mean_keepdim(-1) + eps).rsqrt() * w
     else:
         out = _row_op("rms_norm", x2, w._storage, w._layout, float(eps))
+        if tracks(x2, w):
+            record(out, "rms_norm", (x2, w), lambda g: _rms_norm_backward(x2, w, eps, g))
     return out.reshape(shape)
+
+
+def _rms_norm_backward(x, w, eps, g):
+    """With r = rsqrt(mean(x^2) + eps): dx = r * (gh - x * r^2 * mean(gh * x)), gh = g * w."""
+    r = (x.sqr().mean_keepdim(-1) + eps).rsqrt()
+    gh = g * w
+    gx = r * (gh - x * (r * r) * (gh * x).mean_keepdim(-1))
+    return gx, (g * x * r).sum(tuple(range(x.rank - 1)))
 
 
 def _rope_args(op: str, x: Tensor, cos: Tensor, sin: Tensor):
@@ -138,7 +174,28 @@ def _rope(op: str, x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Te
     cos, sin = _rope_args(op, x, cos, sin)
     if not has_kernel(x._device, op, x._dtype):
         return _rope_decomposed(x, cos, sin, interleaved)
-    return _row_op(op, x, cos._storage, cos._layout, sin._storage, sin._layout)
+    out = _row_op(op, x, cos._storage, cos._layout, sin._storage, sin._layout)
+    if tracks(x, cos, sin):
+        record(out, op, (x, cos, sin), lambda g: _rope_backward(op, x, cos, sin, g, interleaved))
+    return out
+
+
+def _rope_backward(op, x, cos, sin, g, interleaved):
+    """The rotation's inverse (sin negated) for x; for cos and sin, the
+    products of each pair with its gradient, summed over heads (and batch
+    when they are shared across it)."""
+    gx = _rope(op, g, cos, -sin, interleaved) if x._node is not None else None
+    if cos._node is None and sin._node is None:
+        return gx, None, None
+    half = x.shape[-1] // 2
+    if interleaved:
+        x1, x2, g1, g2 = x[..., 0::2], x[..., 1::2], g[..., 0::2], g[..., 1::2]
+    else:
+        x1, x2, g1, g2 = x[..., :half], x[..., half:], g[..., :half], g[..., half:]
+    dims = (1,) if cos.rank == 3 else (0, 1)
+    gcos = (g1 * x1 + g2 * x2).sum(dims)
+    gsin = (g2 * x1 - g1 * x2).sum(dims)
+    return gx, gcos, gsin
 
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

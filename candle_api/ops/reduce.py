@@ -3,6 +3,7 @@ argmin (kernels), and mean, var, log_sum_exp (composed from them); cumsum."""
 
 from __future__ import annotations
 
+from ..autograd.graph import record, tracks
 from ..dtype import f64, u32
 from ..errors import DTypeError, ShapeError
 from ..layout import Layout, normalize_dim
@@ -26,7 +27,37 @@ def _run(op: str, x: Tensor, dims: tuple, keepdim: bool, out_dtype) -> Tensor:
     out = dev.backend.alloc(lay.numel * out_dtype.itemsize)
     if lay.numel:
         kernel(dev, op, x._dtype)(out, x._storage, x._layout, dims)
-    return make(out, lay, out_dtype, dev)
+    t = make(out, lay, out_dtype, dev)
+    if out_dtype is x._dtype and tracks(x):
+        keep = _out_shape(shape, dims, True)
+        rule = _GRADS[op]
+        record(t, op, (x,), lambda g: (rule(x, t.reshape(keep), g.reshape(keep), dims),))
+    return t
+
+
+def _extreme_grad(x, out, g, dims):
+    """max/min: the gradient goes to the extreme elements, split evenly on ties."""
+    hit = cast(x == out, x._dtype)
+    return hit * (g / _run("sum", hit, dims, True, x._dtype))
+
+
+def _prod_grad(x, out, g, dims):
+    """d prod / d x_i = the product of the others: out / x_i without zeros; with
+    one zero only that element gets the product of the rest; with more, none."""
+    is_zero = x == 0
+    zeros = _run("sum", cast(is_zero, x._dtype), dims, True, x._dtype)
+    rest = _run("prod", is_zero.where_cond(1.0, x), dims, True, x._dtype)
+    no_zero = (zeros == 0).where_cond(out / is_zero.where_cond(1.0, x), 0.0)
+    one_zero = ((zeros == 1) * is_zero).where_cond(rest, 0.0)
+    return g * (no_zero + one_zero)
+
+
+_GRADS = {
+    "sum": lambda x, out, g, dims: g.broadcast_as(x.shape),
+    "max": _extreme_grad,
+    "min": _extreme_grad,
+    "prod": _prod_grad,
+}
 
 
 def reduce(op: str, x: Tensor, dim, keepdim: bool) -> Tensor:
@@ -73,7 +104,7 @@ def log_sum_exp(x: Tensor, dim, keepdim: bool) -> Tensor:
     """log(sum(exp(x))) over dim, shifting by the max so large values do not overflow."""
     require_float("log_sum_exp", x)
     dims = dims_arg("log_sum_exp", dim, x.rank)
-    m = _run("max", x, dims, True, x._dtype)
+    m = _run("max", x, dims, True, x._dtype).detach()  # a shift: the result does not depend on it
     # Rows whose max is +-inf would give inf - inf = NaN: shift them by 0 instead.
     finite = (m - m) == 0
     m = finite.where_cond(m, 0.0)
@@ -90,7 +121,10 @@ def cumsum(x: Tensor, dim: int) -> Tensor:
     out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
     if lay.numel:
         kernel(dev, "cumsum", x._dtype)(out, x._storage, x._layout, dim)
-    return make(out, lay, x._dtype, dev)
+    t = make(out, lay, x._dtype, dev)
+    if tracks(x):  # the gradient is the reversed cumulative sum of g
+        record(t, "cumsum", (x,), lambda g: (cumsum(g.flip(dim), dim).flip(dim),))
+    return t
 
 
 def equal(a: Tensor, b) -> bool:

@@ -5,10 +5,12 @@ through the device's strided "copy" kernel."""
 
 from __future__ import annotations
 
+from ..autograd.graph import record, tracks
+from ..autograd.helpers import scatter_view, sum_to
 from ..errors import IndexOutOfRangeError, ShapeError
 from ..layout import MAX_DIMS, Layout, check_shape, normalize_dim, numel
 from ..tensor import Tensor
-from .core import check_tensor, empty, kernel, same_device, same_dtype, view
+from .core import check_tensor, derived_view, empty, kernel, same_device, same_dtype, view
 from .creation import zeros
 
 
@@ -25,6 +27,8 @@ def contiguous(x: Tensor) -> Tensor:
 def copy(x: Tensor) -> Tensor:
     out = empty(x._layout.shape, x._dtype, x._device)
     copy_into(out, out._layout, x)
+    if tracks(x):
+        record(out, "copy", (x,), lambda g: (g,))
     return out
 
 
@@ -47,8 +51,10 @@ def reshape(x: Tensor, shape: tuple) -> Tensor:
         raise ShapeError(f"reshape: cannot reshape {lay.shape} ({lay.numel} elements) into {shape}")
     new = lay.reshape(shape)
     if new is None:
-        return view(copy(x), Layout.contig(shape))
-    return view(x, new)
+        x = copy(x)
+        new = Layout.contig(shape)
+    old = x.shape
+    return derived_view(x, new, "reshape", lambda g: g.reshape(old))
 
 
 def flatten(x: Tensor, start: int = 0, end: int = -1) -> Tensor:
@@ -64,31 +70,36 @@ def flatten(x: Tensor, start: int = 0, end: int = -1) -> Tensor:
 
 def squeeze(x: Tensor, dim=None) -> Tensor:
     lay = x._layout
+    old = lay.shape
     if dim is None:
         keep = [i for i, d in enumerate(lay.shape) if d != 1]
-        return view(x, Layout(tuple(lay.shape[i] for i in keep), tuple(lay.strides[i] for i in keep), lay.offset))
-    dim = normalize_dim(dim, lay.rank)
-    if lay.shape[dim] != 1:
-        return x  # as in PyTorch and Candle: squeezing a dim of size > 1 is a no-op
-    return view(x, lay.squeeze(dim))
+        new = Layout(tuple(lay.shape[i] for i in keep), tuple(lay.strides[i] for i in keep), lay.offset)
+    else:
+        dim = normalize_dim(dim, lay.rank)
+        if lay.shape[dim] != 1:
+            return x  # as in PyTorch and Candle: squeezing a dim of size > 1 is a no-op
+        new = lay.squeeze(dim)
+    return derived_view(x, new, "squeeze", lambda g: g.reshape(old))
 
 
 def unsqueeze(x: Tensor, dim: int) -> Tensor:
     rank = x.rank
     if rank >= MAX_DIMS:
         raise ShapeError(f"unsqueeze: tensors have at most {MAX_DIMS} dims")
-    return view(x, x._layout.unsqueeze(normalize_dim(dim, rank + 1)))
+    old = x.shape
+    return derived_view(x, x._layout.unsqueeze(normalize_dim(dim, rank + 1)), "unsqueeze", lambda g: g.reshape(old))
 
 
 def t(x: Tensor) -> Tensor:
     if x.rank < 2:
         raise ShapeError(f"t: needs at least 2 dims, got shape {x.shape}")
-    return view(x, x._layout.transpose(x.rank - 2, x.rank - 1))
+    return transpose(x, -2, -1)
 
 
 def transpose(x: Tensor, d0: int, d1: int) -> Tensor:
     rank = x.rank
-    return view(x, x._layout.transpose(normalize_dim(d0, rank), normalize_dim(d1, rank)))
+    d0, d1 = normalize_dim(d0, rank), normalize_dim(d1, rank)
+    return derived_view(x, x._layout.transpose(d0, d1), "transpose", lambda g: g.transpose(d0, d1))
 
 
 def permute(x: Tensor, dims: tuple) -> Tensor:
@@ -96,7 +107,8 @@ def permute(x: Tensor, dims: tuple) -> Tensor:
     dims = tuple(normalize_dim(d, rank) for d in dims)
     if sorted(dims) != list(range(rank)):
         raise ShapeError(f"permute: {dims} is not a permutation of the {rank} dims")
-    return view(x, x._layout.permute(dims))
+    inverse = tuple(sorted(range(rank), key=dims.__getitem__))
+    return derived_view(x, x._layout.permute(dims), "permute", lambda g: g.permute(inverse))
 
 
 def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
@@ -107,7 +119,8 @@ def narrow(x: Tensor, dim: int, start: int, length: int) -> Tensor:
         start += size
     if length < 0 or start < 0 or start + length > size:
         raise ShapeError(f"narrow: [{start}, {start + length}) is out of range for dim {dim} of size {size}")
-    return view(x, lay.narrow(dim, start, length))
+    return derived_view(x, lay.narrow(dim, start, length), "narrow",
+                        lambda g: scatter_view(x, lambda lz: lz.narrow(dim, start, length), g))
 
 
 def select(x: Tensor, dim: int, index: int) -> Tensor:
@@ -117,7 +130,9 @@ def select(x: Tensor, dim: int, index: int) -> Tensor:
     size = lay.shape[dim]
     if not -size <= index < size:
         raise IndexOutOfRangeError(f"index {index} is out of range for dim {dim} of size {size}")
-    return view(x, lay.select(dim, index + size if index < 0 else index))
+    index = index + size if index < 0 else index
+    return derived_view(x, lay.select(dim, index), "select",
+                        lambda g: scatter_view(x, lambda lz: lz.select(dim, index), g))
 
 
 def chunk(x: Tensor, chunks: int, dim: int = 0) -> list:
@@ -152,7 +167,7 @@ def split(x: Tensor, split_size, dim: int = 0) -> list:
 
 def broadcast_as(x: Tensor, shape: tuple) -> Tensor:
     shape = check_shape(shape)
-    return view(x, x._layout.broadcast_as(shape))
+    return derived_view(x, x._layout.broadcast_as(shape), "broadcast", lambda g: sum_to(g, x.shape))
 
 
 def expand(x: Tensor, shape: tuple) -> Tensor:
@@ -184,11 +199,17 @@ def cat(tensors, dim: int = 0) -> Tensor:
             raise ShapeError(f"cat: shapes {[t_.shape for t_ in tensors]} differ outside dim {dim}")
         total += s[dim]
     out = empty(first.shape[:dim] + (total,) + first.shape[dim + 1 :], dtype, dev)
+    starts = []
     start = 0
     for t_ in tensors:
         n = t_.shape[dim]
         copy_into(out, out._layout.narrow(dim, start, n), t_)
+        starts.append(start)
         start += n
+    if tracks(*tensors):
+        record(out, "cat", tuple(tensors),
+               lambda g: tuple(narrow(g, dim, s0, t_.shape[dim]) if t_._node is not None else None
+                               for s0, t_ in zip(starts, tensors)))
     return out
 
 
@@ -235,8 +256,11 @@ def flip(x: Tensor, dims) -> Tensor:
     rank = x.rank
     dims = [dims] if isinstance(dims, int) else list(dims)
     lay = x._layout
-    for d in {normalize_dim(d, rank) for d in dims}:
-        n = lay.shape[d]
-        if n > 1:
-            lay = lay.slice(d, n - 1, n, -1)
-    return copy(view(x, lay))
+    flipped = [d for d in {normalize_dim(d, rank) for d in dims} if lay.shape[d] > 1]
+
+    def relayout(lay):
+        for d in flipped:
+            lay = lay.slice(d, lay.shape[d] - 1, lay.shape[d], -1)
+        return lay
+
+    return copy(derived_view(x, relayout(lay), "flip", lambda g: g.flip(flipped)))

@@ -13,7 +13,9 @@ layout under test:
 - ``empty``: a shape with a zero-size dim;
 - ``scalar``: 0-d tensors.
 
-The same table drives the benchmarks.
+Every op whose output is a float is also checked for gradients: the
+backward pass against central finite differences in float64, with the leaf
+given each layout above (so the views' backward rules are checked too).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from typing import Callable
 
 import numpy as np
 
+from .. import autograd
 from .. import functional as F
-from ..dtype import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, from_numpy_dtype, get_dtype, u8, u32
+from ..dtype import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, f64, from_numpy_dtype, get_dtype, u8, u32
 from ..ops.creation import from_array, full_like
 from ..ops.shape import cat, stack
 from . import reference as R
@@ -66,6 +69,7 @@ class OpInfo:
     out_dtype: Callable = None         # dtype -> expected output dtype (default: same)
     tol_scale: float = 1.0             # multiplies the dtype tolerance (long accumulations)
     kernel: str | tuple | None = None  # the kernel op(s) it exercises, when not its name
+    grad: bool = True                  # differentiable (checked when its output is a float)
 
     @property
     def kernels(self) -> tuple:
@@ -124,19 +128,25 @@ def _make(rng, dt, shapes, lo, hi, nonzero_last) -> Sample:
 # ---- layouts ---------------------------------------------------------------------------------
 
 
-def build(array: np.ndarray, dtype, layout: str, device):
-    """(tensor, numpy values it holds) for array given the layout under test."""
+def leaf_for(array: np.ndarray, layout: str):
+    """(the array a tensor of the layout under test is a view of, the view)."""
     if layout == "transposed" and array.ndim >= 2:
-        t = from_array(np.ascontiguousarray(np.swapaxes(array, -1, -2)), dtype, device).transpose(-1, -2)
-        return t, array
+        return np.ascontiguousarray(np.swapaxes(array, -1, -2)), lambda t: t.transpose(-1, -2)
     if layout == "sliced" and array.ndim >= 1:
         big = np.zeros(array.shape[:-1] + (2 * array.shape[-1] + 1,), dtype=array.dtype)
         big[..., 1::2] = array
-        return from_array(big, dtype, device)[..., 1::2], array
+        return big, lambda t: t[..., 1::2]
     if layout == "broadcast" and array.ndim >= 1 and array.shape[0] > 1:
-        base = array[:1]
-        return from_array(base, dtype, device).broadcast_as(array.shape), np.broadcast_to(base, array.shape)
-    return from_array(array, dtype, device), array
+        return np.ascontiguousarray(array[:1]), lambda t: t.broadcast_as(array.shape)
+    return array, lambda t: t
+
+
+def build(array: np.ndarray, dtype, layout: str, device):
+    """(tensor, numpy values it holds) for array given the layout under test."""
+    leaf, to_view = leaf_for(array, layout)
+    t = to_view(from_array(leaf, dtype, device))
+    return t, (np.broadcast_to(leaf, array.shape) if leaf.shape[0:1] != array.shape[0:1] and layout == "broadcast"
+               else array)
 
 
 def _ref_input(arr: np.ndarray) -> np.ndarray:
@@ -178,6 +188,85 @@ class Case:
             expected = np.asarray(self.op.ref(*refs, **sample.kwargs))
             out_dt = self.op.out_dtype(dt) if self.op.out_dtype else dt
             check(got, expected, out_dt, self.op.tol_scale, f"{self.id} {sample.kwargs}")
+
+
+    def check_gradient(self, device) -> None:
+        """The gradient of sum(op(inputs) * cotangent) for every data input,
+        against central differences, in float64."""
+        rng = np.random.default_rng(zlib.crc32(("grad-" + self.id).encode()))
+        gen = self.op.samples or simple()
+        checked = 0
+        for sample in gen(rng, "f64", self.layout):
+            leaves = [leaf_for(item, self.layout) for item in sample.inputs if _is_leaf(item)]
+            if not 0 < sum(leaf.size for leaf, _ in leaves) <= GRAD_MAX_ELEMENTS:
+                continue
+            out, variables = _forward(self.op, sample, leaves, [leaf for leaf, _ in leaves], device, True)
+            if out.dtype is not f64 or out.numel() == 0:
+                continue
+            assert out.requires_grad, f"{self.id}: the output does not depend on its inputs for autograd"
+            cot = rng.standard_normal(out.shape)
+            grads = autograd.grad((out * from_array(cot, f64, device)).sum_all(), variables)
+            for k, ((leaf, _), g) in enumerate(zip(leaves, grads)):
+                numeric = _numeric_grad(self.op, sample, leaves, k, cot, device)
+                got = np.zeros_like(numeric) if g is None else g.numpy()
+                np.testing.assert_allclose(got, numeric, rtol=1e-5 * self.op.tol_scale, atol=1e-6 * self.op.tol_scale,
+                                           err_msg=f"{self.id} {sample.kwargs}: gradient of input {k}")
+            checked += 1
+        assert checked, f"{self.id}: no sample small enough for a gradient check"
+
+
+# Finite differences cost two forward passes per input element: samples beyond
+# this many elements are value-checked only.
+GRAD_MAX_ELEMENTS = 1200
+
+
+def _forward(op: OpInfo, sample: Sample, leaves: list, arrays: list, device, as_leaves: bool):
+    """op on tensors built from the leaf arrays (and the sample's index inputs)."""
+    tensors, variables = [], []
+    data = iter(zip(arrays, leaves))
+    for item in sample.inputs:
+        if not _is_leaf(item):  # indexes and masks: constants
+            array = item.array if isinstance(item, Index) else item
+            tensors.append(from_array(array, None, device))
+            continue
+        array, (_, to_view) = next(data)
+        t = from_array(array, f64, device)
+        if as_leaves:
+            variables.append(t.requires_grad_())
+        tensors.append(to_view(t))
+    return op.call(*tensors, **sample.kwargs), variables
+
+
+def _is_leaf(item) -> bool:
+    return not isinstance(item, Index) and item.dtype == np.float64
+
+
+def _numeric_grad(op: OpInfo, sample: Sample, leaves: list, k: int, cot: np.ndarray, device) -> np.ndarray:
+    arrays = [leaf.copy() for leaf, _ in leaves]
+    grad = np.zeros_like(arrays[k])
+    flat, gflat = arrays[k].reshape(-1), grad.reshape(-1)
+    for i in range(flat.size):
+        x = flat[i]
+        eps = 1e-6 * max(1.0, abs(x))
+        values = []
+        for v in (x + eps, x - eps):
+            flat[i] = v
+            with autograd.no_grad():
+                out, _ = _forward(op, sample, leaves, arrays, device, False)
+            values.append(float((out.numpy() * cot).sum()))
+        flat[i] = x
+        gflat[i] = (values[0] - values[1]) / (2 * eps)
+    return grad
+
+
+def grad_cases(ops=None) -> list[Case]:
+    """(op, f64, layout) cases of every differentiable op."""
+    return [Case(op, "f64", layout) for op in (ops or OPS) if op.grad and "f64" in op.dtypes
+            and (op.out_dtype is None or op.out_dtype(f64) is f64)
+            for layout in op.layouts if layout in GRAD_LAYOUTS]
+
+
+GRAD_LAYOUTS = ("contiguous", "transposed", "sliced", "broadcast", "scalar")
 
 
 def check(got, expected: np.ndarray, dtype, tol_scale: float = 1.0, what: str = "") -> None:
@@ -397,7 +486,7 @@ def _pair_samples(shape=(3, 5)):
     return gen
 
 
-op("fill", lambda x: full_like(x, 7), lambda x: np.full_like(x, 7), ALL)
+op("fill", lambda x: full_like(x, 7), lambda x: np.full_like(x, 7), ALL, grad=False)
 op("contiguous", lambda x: x.contiguous(), lambda x: x, ALL, kernel="copy")
 op("copy", lambda x: x.copy(), lambda x: x, ALL)
 op("cat0", lambda a, b: cat([a, b], 0), lambda a, b: np.concatenate([a, b], 0), ALL, _pair_samples(), NONSCALAR)
@@ -410,6 +499,19 @@ op("transpose_reshape", lambda x: x.t().reshape(-1), lambda x: x.T.reshape(-1), 
 op("getitem_steps", lambda x: x[::2, 1::2], lambda x: x[::2, 1::2], ALL, layouts=NONSCALAR)
 op("getitem_negative_step", lambda x: x[::-1, ::-2], lambda x: x[::-1, ::-2], ALL, layouts=NONSCALAR)
 op("narrow", lambda x: x.narrow(1, 1, 3).contiguous(), lambda x: x[:, 1:4], ALL, layouts=NONSCALAR)
+op("permute", lambda x: x.permute(2, 0, 1).contiguous(), lambda x: x.transpose(2, 0, 1), ALL,
+   simple(base=(3, 4, 5)), NONSCALAR, kernel="copy")
+op("squeeze_unsqueeze", lambda x: x.unsqueeze(0).unsqueeze(-1).squeeze(0) * 1, lambda x: x[..., None] * 1, ALL,
+   kernel="mul")
+op("expand", lambda x: x.narrow(1, 0, 1).expand(-1, 4) * 1, lambda x: np.repeat(x[:, :1], 4, 1) * 1, ALL,
+   layouts=NONSCALAR, kernel="mul")
+op("chunk", lambda x: x.chunk(2, 1)[1].contiguous(), lambda x: x[:, 3:], ALL, layouts=NONSCALAR, kernel="copy")
+op("getitem_index", lambda x: x[[2, 0, 2], 1:], lambda x: x[[2, 0, 2], 1:], ALL, layouts=NONSCALAR[:4],
+   kernel="index_select")
+op("getitem_mask", lambda x: x[x > 0.5], lambda x: x[x > 0.5], FLOATS, layouts=NONSCALAR[:4], kernel="index_select")
+op("std", lambda x, **k: x.std(**k), lambda x, dim=None, keepdim=False: np.std(x, axis=_axis(dim), keepdims=keepdim,
+                                                                            ddof=1),
+   FLOATS, _reduce_samples(), layouts=NONSCALAR[:4], tol_scale=20, kernel="sum")
 
 
 # Indexing.
@@ -614,6 +716,7 @@ def _attention_samples(rng, dtype, layout):
     keep[3] = 0  # a row that sees no key
     return [
         Sample(qkv(5, 7, 8, 6)),
+        Sample(qkv(3, 4, 4, 3, heads=2, kv_heads=2), {"is_causal": True}),
         Sample(qkv(70, 300, 16, 12), {"is_causal": True}),
         Sample(qkv(70, 300, 16, 12) + [Index(keep)]),
         Sample(qkv(5, 7, 8, 6) + [values(rng, dtype, (3, 1, 7), -2, 2)], {"scale": 0.3}),

@@ -1,0 +1,187 @@
+"""Autograd beyond the conformance suite's finite-difference checks: the Var
+and GradStore APIs, grad mode, accumulation, errors, custom ops, and fused
+kernels agreeing with their decompositions."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import candle_api as c
+from candle_api.errors import CandleError, DTypeError
+from candle_api.hooks import KernelSet, OpDef, hookimpl
+from candle_api.ops.nn import _rope_decomposed
+
+
+def test_var_api():
+    v = c.Var([[1.0, 2.0], [3.0, 4.0]])
+    assert v.requires_grad and v.is_leaf and v.grad is None
+    assert isinstance(c.Var.zeros(2, 3), c.Var) and c.Var.ones((2,)).shape == (2,)
+    assert c.Var.randn(3, 4, std=0.5).shape == (3, 4) and c.Var.rand(2, lo=1, up=2).dtype == c.f32
+    t = v.as_tensor()
+    assert not t.requires_grad
+    v.set(c.Tensor([[5.0, 6.0], [7.0, 8.0]]))
+    np.testing.assert_array_equal(t.numpy(), [[5, 6], [7, 8]])  # as_tensor shares the storage
+    with pytest.raises(ValueError, match="shape"):
+        v.set(c.ones(3))
+    with pytest.raises(DTypeError):
+        c.Var([1, 2, 3])  # integers cannot carry gradients
+    copy = c.Var.from_tensor(t)
+    copy.set(c.zeros((2, 2)))
+    assert t.numpy()[0, 0] == 5  # from_tensor copies
+
+
+def test_backward_accumulates_and_returns_a_gradstore():
+    w = c.Var([1.0, 2.0, 3.0])
+    x = c.Tensor([2.0, 0.5, -1.0])
+    store = (w * x).sum_all().backward()
+    np.testing.assert_array_equal(store.get(w).numpy(), [2.0, 0.5, -1.0])
+    assert w in store and len(store) == 1 and store.get_ids() == [id(w)]
+    (w * x).sum_all().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [4.0, 1.0, -2.0])  # .grad accumulates across calls
+    w.grad = None
+    ((w * w).sum_all()).backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 4.0, 6.0])
+    removed = store.remove(w)
+    assert removed is not None and store.get(w) is None
+    store.insert(w, removed)
+    assert store[w] is removed
+
+
+def test_shared_subexpressions_and_detach():
+    a = c.Var([3.0])
+    b = a * a  # used twice below
+    out = (b + b * a).sum_all()
+    out.backward()
+    np.testing.assert_allclose(a.grad.numpy(), [2 * 3 + 3 * 9])  # d(a^2 + a^3)/da
+    a.grad = None
+    (a.detach() * a).sum_all().backward()
+    np.testing.assert_allclose(a.grad.numpy(), [3.0])  # the detached factor is a constant
+
+
+def test_no_grad_and_grad_mode_per_thread():
+    w = c.Var([1.0])
+    with c.no_grad():
+        assert not (w * 2).requires_grad
+        seen = []
+        t = threading.Thread(target=lambda: seen.append((w * 2).requires_grad))
+        t.start()
+        t.join()
+        assert seen == [True]  # grad mode is per thread, as in PyTorch
+    assert (w * 2).requires_grad
+
+    @c.no_grad()
+    def infer(v):
+        return v * 3
+
+    assert not infer(w).requires_grad
+    with c.set_grad_enabled(False):
+        with c.enable_grad():
+            assert (w * 2).requires_grad
+        assert not c.is_grad_enabled()
+
+
+def test_requires_grad_on_plain_tensors():
+    x = c.Tensor([1.0, 2.0]).requires_grad_()
+    (x.exp().sum_all()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.exp([1.0, 2.0]), rtol=1e-6)
+    x.requires_grad_(False)
+    assert x.grad is None and not x.requires_grad
+    with pytest.raises(DTypeError):
+        c.Tensor([1, 2]).requires_grad_()
+
+
+def test_backward_errors():
+    with pytest.raises(CandleError, match="does not depend"):
+        c.Tensor([1.0]).backward()
+    w = c.Var([1.0, 2.0])
+    with pytest.raises(CandleError, match="non-scalar"):
+        (w * 2).backward()
+    store = (w * 2).backward(c.Tensor([1.0, 10.0]))
+    np.testing.assert_array_equal(store[w].numpy(), [2.0, 20.0])
+    with pytest.raises(CandleError, match="shape"):
+        (w * 2).backward(c.ones(3))
+    with pytest.raises(ValueError, match="leaf"):
+        (w * 2).grad = c.ones(2)
+
+
+def test_grad_function_on_intermediates():
+    x = c.Var([1.0, 2.0])
+    y = x * x
+    z = (y * 3).sum_all()
+    gy, gx = c.autograd.grad(z, [y, x])
+    np.testing.assert_array_equal(gy.numpy(), [3.0, 3.0])
+    np.testing.assert_array_equal(gx.numpy(), [6.0, 12.0])
+    assert x.grad is None  # grad() leaves .grad alone
+    assert c.autograd.grad(z, c.Var([1.0])) is None
+
+
+def test_cast_and_half_precision_gradients():
+    w = c.Var([1.5, -2.0])
+    (w.to_dtype("f64") * 2).sum_all().backward()
+    assert w.grad.dtype == c.f32
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 2.0])
+    h = c.Var([1.0, 2.0], dtype="bf16")
+    ((h * h).sum_all()).backward()
+    assert h.grad.dtype == c.bf16
+    np.testing.assert_array_equal(h.grad.to_dtype("f32").numpy(), [2.0, 4.0])
+    assert not (w.to_dtype("i64")).requires_grad  # integer results carry no gradient
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_fused_rope_and_norm_gradients_match_decompositions(interleaved):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 5, 8))
+    cos, sin = rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+
+    def grads(fused):
+        xs = [c.Tensor(a).requires_grad_() for a in (x, cos, sin)]
+        fn = (c.functional.rope_i if interleaved else c.functional.rope) if fused else \
+            (lambda a, b, s: _rope_decomposed(a, b, s, interleaved))
+        (fn(*xs) * c.Tensor(np.arange(240.0).reshape(2, 3, 5, 8))).sum_all().backward()
+        return [t.grad.numpy() for t in xs]
+
+    for got, want in zip(grads(True), grads(False)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+class _ScaleOp:
+    """A custom op plugin: 'scale' with a kernel, with or without a backward."""
+
+    def __init__(self, with_backward):
+        self.with_backward = with_backward
+
+    @hookimpl
+    def candle_api_custom_ops(self, registry):
+        backward = (lambda inputs, out, g, factor=2.0: (g * factor,)) if self.with_backward else None
+        registry.define(OpDef("scale_ad", infer=lambda x, factor=2.0: (x.shape, x.dtype), backward=backward))
+
+    @hookimpl
+    def candle_api_kernels(self, device_type):
+        if device_type != "cpu":
+            return None
+
+        def kernel(out, inputs, params):
+            (storage, layout), = inputs
+            src = c.ops.core.make(storage, layout, c.f32, c.get_device("cpu"))
+            c.ops.shape.copy_into(c.ops.core.make(out, c.layout.Layout.contig(layout.shape), c.f32,
+                                                  c.get_device("cpu")), c.layout.Layout.contig(layout.shape),
+                                  src * params.get("factor", 2.0))
+
+        return KernelSet({("scale_ad", "f32"): kernel})
+
+
+@pytest.mark.parametrize("with_backward", [True, False])
+def test_custom_op_gradients_are_never_dropped(with_backward):
+    name = c.register_plugin(_ScaleOp(with_backward), "scale_ad_plugin")
+    try:
+        w = c.Var([1.0, 2.0])
+        out = c.custom_op("scale_ad", w, factor=3.0).sum_all()
+        if with_backward:
+            out.backward()
+            np.testing.assert_array_equal(w.grad.numpy(), [3.0, 3.0])
+        else:
+            with pytest.raises(CandleError, match="has no backward"):
+                out.backward()
+    finally:
+        c.unregister_plugin(name)
