@@ -734,3 +734,50 @@ def _attention_ref(q, k, v, mask=None, is_causal=False, scale=None, enable_gqa=F
 
 op("scaled_dot_product_attention", _attention_call, _attention_ref, FLOATS, _attention_samples, NONSCALAR,
    tol_scale=8, kernel="sdpa")
+
+
+# Fused optimizer steps (in place on copies; the result stacks the updated buffers).
+def _adamw_call(p, g, m, v):
+    from ..ops.optim import adamw_step
+
+    p, m, v = p.copy(), m.copy(), v.copy()
+    adamw_step(p, g, m, v, step=3, lr=0.1, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.01)
+    return stack([p, m, v])
+
+
+def _adamw_ref(p, g, m, v):
+    m = 0.9 * m + 0.1 * g
+    v = 0.99 * v + 0.01 * g * g
+    p = p * (1 - 0.1 * 0.01) - 0.1 * (m / (1 - 0.9**3)) / (np.sqrt(v / (1 - 0.99**3)) + 1e-8)
+    return np.stack([p, m, v])
+
+
+def _sgd_call(p, g, buf, nesterov):
+    from ..ops.optim import sgd_step
+
+    p, buf = p.copy(), buf.copy()
+    sgd_step(p, g, buf, first=False, lr=0.1, momentum=0.9, dampening=0.1, nesterov=nesterov, weight_decay=0.01)
+    return stack([p, buf])
+
+
+def _sgd_ref(p, g, buf, nesterov):
+    d = g + 0.01 * p
+    buf = 0.9 * buf + 0.9 * d
+    step = d + 0.9 * buf if nesterov else buf
+    return np.stack([p - 0.1 * step, buf])
+
+
+def _optim_samples(n_inputs, lo=-1.0, hi=1.0):
+    def gen(rng, dtype, layout):
+        arrays = [values(rng, dtype, shape_for(layout), lo, hi) for _ in range(n_inputs)]
+        arrays[-1] = np.abs(arrays[-1]) if n_inputs == 4 else arrays[-1]  # AdamW's second moment is >= 0
+        return [Sample(arrays)]
+
+    return gen
+
+
+op("adamw_step", _adamw_call, _adamw_ref, ("f32", "f64"), _optim_samples(4), tol_scale=4, grad=False)
+op("sgd_step", lambda p, g, b: _sgd_call(p, g, b, False), lambda p, g, b: _sgd_ref(p, g, b, False), ("f32", "f64"),
+   _optim_samples(3), tol_scale=4, grad=False)
+op("sgd_step_nesterov", lambda p, g, b: _sgd_call(p, g, b, True), lambda p, g, b: _sgd_ref(p, g, b, True),
+   ("f32", "f64"), _optim_samples(3), tol_scale=4, grad=False, kernel="sgd_step")

@@ -337,7 +337,34 @@ def build_kernels() -> dict:
 
         return kernel
 
+    # ---- fused optimizer steps (in place; the core passes contiguous buffers) -----------
+    def adamw_kernel(dt):
+        isz = dt.itemsize
+
+        def kernel(p, lp, g, lg, m, lm, v, lv, lr, beta1, beta2, eps, weight_decay, step):
+            hyper = struct.pack("7d", lr, beta1, beta2, eps, weight_decay, 1 - beta1**step, 1 - beta2**step)
+            if lib.cd_adamw(dt.code, lp.numel, p.ptr + lp.offset * isz, g.ptr + lg.offset * isz,
+                            m.ptr + lm.offset * isz, v.ptr + lv.offset * isz, hyper):
+                raise error()
+
+        return kernel
+
+    def sgd_kernel(dt):
+        isz = dt.itemsize
+
+        def kernel(p, lp, g, lg, buf, lbuf, lr, weight_decay, momentum, dampening, nesterov, first):
+            hyper = struct.pack("4d", lr, weight_decay, momentum, dampening)
+            buf_ptr = buf.ptr + lbuf.offset * isz if buf is not None else None
+            if lib.cd_sgd(dt.code, lp.numel, p.ptr + lp.offset * isz, g.ptr + lg.offset * isz, buf_ptr, hyper,
+                          int(first), int(nesterov)):
+                raise error()
+
+        return kernel
+
     for dt in FLOAT_DTYPES:
+        if dt.name in ("f32", "f64"):
+            add("adamw_step", dt, adamw_kernel(dt))
+            add("sgd_step", dt, sgd_kernel(dt))
         add("sdpa", dt, sdpa_kernel(dt))
         add("softmax_last", dt, softmax_kernel(dt, 0))
         add("log_softmax_last", dt, softmax_kernel(dt, 1))

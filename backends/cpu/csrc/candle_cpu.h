@@ -199,6 +199,13 @@ CD_API int cd_norm_last(int32_t dtype, const int64_t *lay, const void *x, const 
 CD_API int cd_rope(int32_t dtype, const int64_t *shape, const int64_t *lay, const void *x,
                    const void *cos, const void *sin, void *out, int32_t interleaved,
                    int32_t per_batch);
+/* Fused optimizer steps, in place over n contiguous elements of dtype (f32,
+ * f64). AdamW: hp = [lr, beta1, beta2, eps, weight_decay, 1 - beta1^t,
+ * 1 - beta2^t]. SGD: hp = [lr, weight_decay, momentum, dampening]; m is the
+ * momentum buffer or NULL, first says it is uninitialized. */
+CD_API int cd_adamw(int32_t dtype, int64_t n, void *p, const void *g, void *m, void *v, const double *hp);
+CD_API int cd_sgd(int32_t dtype, int64_t n, void *p, const void *g, void *m, const double *hp, int32_t first,
+                  int32_t nesterov);
 /* Scaled-dot-product attention, out (batch..., L, Ev) contiguous =
  * softmax(q @ k^T * scale + mask) @ v. desc = [nb, L, S, E, Ev, causal,
  * batch shape (nb), then for q, k, v and mask in turn nb batch strides and the
