@@ -18,7 +18,7 @@ from .dtype import (  # noqa: E402
 )
 from .errors import (  # noqa: E402
     BackendUnavailableError, CandleError, DeviceError, DTypeError, FormatError, IndexOutOfRangeError,
-    KernelError, PluginError, ShapeError, UnsupportedOpError,
+    KernelError, PluginError, ShapeError, TensorNameError, UnsupportedOpError,
 )
 from .info import plugins  # noqa: E402
 from .io import load, save  # noqa: E402
@@ -45,12 +45,21 @@ def register_plugin(plugin, name: str | None = None) -> str:
 def unregister_plugin(name: str) -> None:
     registry().unregister(name)
 
+
+def __getattr__(name: str):
+    """``candle_api.nn`` and ``candle_api.optim`` are imported on first use."""
+    if name in ("nn", "optim"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'candle_api' has no attribute {name!r}")
+
 __all__ = [
     "Tensor", "Var", "GradStore", "autograd", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "DType", "Device", "get_device", "get_dtype", "tensor", "zeros", "ones", "full", "empty",
     "arange", "eye", "rand", "randn", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
     "randn_like", "from_numpy", "from_dlpack", "manual_seed", "custom_op", "register_plugin", "unregister_plugin", "cat", "concat", "stack", "where", "matmul",
-    "u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "functional", "utils", "plugins", "load", "save",
+    "u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "functional", "nn", "optim", "utils", "plugins", "load", "save",
     "CandleError", "ShapeError", "DTypeError", "DeviceError", "BackendUnavailableError", "UnsupportedOpError",
-    "IndexOutOfRangeError", "KernelError", "PluginError", "FormatError",
+    "IndexOutOfRangeError", "KernelError", "PluginError", "FormatError", "TensorNameError",
 ]

@@ -54,6 +54,14 @@ class PluginError(CandleError, RuntimeError):
     """A plugin is malformed: wrong hook results, incompatible API version."""
 
 
+class TensorNameError(CandleError, KeyError):
+    """Tensor names that do not match: a name missing from a checkpoint,
+    VarBuilder or VarMap, or missing/unexpected keys in a state dict."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 class FormatError(CandleError, ValueError):
     """A file that cannot be read: names the file, the byte offset and the reason."""
 

@@ -72,7 +72,8 @@ DECOMPOSITIONS = {
     "silu": lambda x: x * unary("sigmoid", x),
     "gelu": lambda x: x * 0.5 * (((x * x * x) * 0.044715 + x) * math.sqrt(2.0 / math.pi)).tanh().affine(1.0, 1.0),
     "gelu_erf": lambda x: x * 0.5 * (x * (1.0 / math.sqrt(2.0))).erf().affine(1.0, 1.0),
-    "softplus": lambda x: x.exp().affine(1.0, 1.0).log(),
+    # as the kernels: x above 20, else log1p(exp(x)) (clamped, so neither branch overflows nor gives NaN gradients)
+    "softplus": lambda x: where(x > 20.0, x, x.clamp(None, 20.0).exp().log1p()),
     "rsqrt": lambda x: x.sqrt().recip(),
     "sqr": lambda x: x * x,
     "relu": lambda x: param("clamp", x, 0.0, math.inf),

@@ -1,0 +1,37 @@
+"""Linear (fully connected) layer."""
+
+from __future__ import annotations
+
+from ..errors import ShapeError
+from ..tensor import Tensor
+from .init import TORCH_LAYER_WEIGHT, torch_layer_bias
+from .module import Module
+from .var_builder import VarBuilder, get_parameter, layer_builder
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ weight.T + bias over the last dim of x; weight is (out, in) as in PyTorch."""
+    if x.rank == 0 or x.shape[-1] != weight.shape[-1]:
+        raise ShapeError(f"linear: input of shape {x.shape} for a weight of shape {weight.shape} "
+                         f"(the input's last dim must be {weight.shape[-1]})")
+    y = x.matmul(weight.t())
+    return y + bias if bias is not None else y
+
+
+class Linear(Module):
+    """y = x @ weight.T + bias, with PyTorch's parameter names and initialization."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
+                 vb: VarBuilder | None = None) -> None:
+        super().__init__()
+        vb = layer_builder(vb, dtype, device)
+        self.in_features, self.out_features = in_features, out_features
+        shape = (out_features, in_features)
+        self.weight = get_parameter(vb, shape, "weight", TORCH_LAYER_WEIGHT)
+        self.bias = get_parameter(vb, (out_features,), "bias", torch_layer_bias(shape)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
