@@ -233,3 +233,14 @@ def test_functional_and_reductions_surface():
     assert c.functional.max_pool2d(c.ones(1, 1, 4, 4), 2).shape == (1, 1, 3, 3)  # candle-pyo3: stride 1
     assert c.ones(1, 1, 4, 4).max_pool2d(2).shape == (1, 1, 2, 2)                 # Tensor: stride = kernel
     assert c.utils.get_num_threads() >= 1 and c.utils.cuda_is_available() is False and c.utils.has_mkl() is False
+
+
+def test_from_numpy_copies_misaligned_arrays():
+    """Kernels load whole elements: a misaligned view (a packed file, a byte
+    offset) is copied instead of shared."""
+    buf = np.arange(41, dtype=np.uint8)
+    arr = buf[1:].view(np.float32)
+    assert not arr.flags.aligned
+    t = c.from_numpy(arr)
+    np.testing.assert_array_equal(t.numpy(), arr)
+    assert t.numpy().ctypes.data % 4 == 0

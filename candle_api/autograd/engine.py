@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..errors import CandleError
 from .graph import Leaf, no_grad
+from .helpers import ViewGrad
 
 
 class GradStore:
@@ -66,9 +67,26 @@ def _topological(root) -> list:
 
 
 def _accumulate(grads: dict, tensor, grad) -> None:
+    """Adds grad to tensor's entry [gradient, owned]: a buffer the engine made
+    itself (owned) takes view gradients in place; others are never written."""
     key = id(tensor)
-    current = grads.get(key)
-    grads[key] = grad if current is None else current + grad
+    entry = grads.get(key)
+    if entry is None:
+        grads[key] = [grad, False]
+        return
+    current, owned = entry
+    if isinstance(grad, ViewGrad):
+        if not owned:
+            current = current.dense() if isinstance(current, ViewGrad) else current.copy()
+        grad.add_into(current)
+        grads[key] = [current, True]
+    else:
+        grads[key] = [(current.dense() if isinstance(current, ViewGrad) else current) + grad, True]
+
+
+def _dense(entry):
+    grad = entry[0]
+    return grad.dense() if isinstance(grad, ViewGrad) else grad
 
 
 def run_backward(roots: list, grad_outputs: list, keep: list | None = None) -> dict:
@@ -90,9 +108,10 @@ def run_backward(roots: list, grad_outputs: list, keep: list | None = None) -> d
     with no_grad():
         for tensor in order:
             key = id(tensor)
-            g = grads.pop(key, None)
-            if g is None:
+            entry = grads.pop(key, None)
+            if entry is None:
                 continue
+            g = _dense(entry)
             node = tensor._node
             if isinstance(node, Leaf) or key in wanted:
                 result[key] = (tensor, g)
@@ -101,7 +120,7 @@ def run_backward(roots: list, grad_outputs: list, keep: list | None = None) -> d
             for inp, ig in zip(node.inputs, node.backward(g)):
                 if ig is None or inp._node is None:
                     continue
-                if not isinstance(ig, Tensor) or ig.shape != inp.shape:
+                if not isinstance(ig, (Tensor, ViewGrad)) or ig.shape != inp.shape:
                     raise CandleError(f"backward of {node.op} gave a gradient of shape "
                                       f"{getattr(ig, 'shape', None)} for an input of shape {inp.shape}")
                 _accumulate(grads, inp, ig)

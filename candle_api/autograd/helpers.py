@@ -22,13 +22,36 @@ def where_or_zero(mask, g):
     return where(mask, g, 0.0)
 
 
-def scatter_view(x, relayout, g):
-    """The gradient of a view that picks elements of x without repeating any
-    (narrow, select, strided slices, flips): g written into zeros of x's shape
-    at the positions ``relayout`` (the view's layout change) picks."""
-    from ..ops.creation import zeros
-    from ..ops.shape import copy_into
+class ViewGrad:
+    """The gradient of a view that picks elements of its base without
+    repeating any (narrow, select, strided slices, flips): ``g`` at the
+    positions ``relayout`` (the view's layout change) picks in a tensor of
+    ``shape``, zeros elsewhere. Kept in this form until needed, so the
+    engine can add many of them into one buffer (a tensor sliced once per
+    time step) instead of adding full-size tensors."""
 
-    z = zeros(x.shape, dtype=g.dtype, device=g.device)
-    copy_into(z, relayout(z._layout), g)
-    return z
+    __slots__ = ("shape", "relayout", "g")
+
+    def __init__(self, shape: tuple, relayout, g):
+        self.shape, self.relayout, self.g = shape, relayout, g
+
+    def add_into(self, buf) -> None:
+        """Adds this gradient into ``buf`` (a tensor the engine owns) in place."""
+        from ..ops.core import view
+        from ..ops.shape import copy_into
+
+        lay = self.relayout(buf._layout)
+        copy_into(buf, lay, view(buf, lay) + self.g)
+
+    def dense(self):
+        from ..ops.creation import zeros
+        from ..ops.shape import copy_into
+
+        z = zeros(self.shape, dtype=self.g.dtype, device=self.g.device)
+        copy_into(z, self.relayout(z._layout), self.g)
+        return z
+
+
+def scatter_view(x, relayout, g) -> ViewGrad:
+    """x's gradient from the gradient g of a view of x (see ViewGrad)."""
+    return ViewGrad(x.shape, relayout, g)

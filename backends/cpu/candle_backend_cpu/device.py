@@ -84,13 +84,14 @@ class CpuDevice:
     # ---- host transfers ----------------------------------------------------------------
     def from_numpy(self, arr: np.ndarray, copy: bool):
         """(storage, layout or None for contiguous). copy=False shares arr's memory
-        when its byte order is native and its strides are non-negative multiples
-        of the item size; otherwise the data is copied."""
+        when its byte order is native, its data aligned (the kernels load whole
+        elements) and its strides non-negative multiples of the item size;
+        otherwise the data is copied."""
         if not arr.dtype.isnative:
             arr = arr.astype(arr.dtype.newbyteorder("="))
             copy = False
         isz = arr.itemsize
-        if not copy and all(s >= 0 and s % isz == 0 for s in arr.strides):
+        if not copy and arr.flags.aligned and all(s >= 0 and s % isz == 0 for s in arr.strides):
             layout = Layout(tuple(arr.shape), tuple(s // isz for s in arr.strides), 0)
             lo, hi = layout.span()
             ptr = arr.__array_interface__["data"][0] if arr.size else 0
