@@ -185,3 +185,57 @@ def test_custom_op_gradients_are_never_dropped(with_backward):
                 out.backward()
     finally:
         c.unregister_plugin(name)
+
+
+@pytest.mark.parametrize("groups,stride,dilation", [(1, 1, 1), (2, 2, 1), (1, 1, 2)])
+def test_conv_weight_gradient_kernel_matches_the_decomposition(monkeypatch, groups, stride, dilation):
+    """Devices without the conv2d_backward_weight kernel compute it as a convolution."""
+    from candle_api.ops import conv
+
+    rng = np.random.default_rng(groups)
+    x = c.Tensor(rng.standard_normal((3, 4, 9, 8)))
+    g = c.Tensor(rng.standard_normal((3, 6, (9 + 2 - 2 * dilation - 1) // stride + 1,
+                                      (8 + 2 - 2 * dilation - 1) // stride + 1)))
+    args = (x, g, (3, 3), (1, 1), (stride, stride), (dilation, dilation), groups)
+    fused = conv._weight_grad(*args).numpy()
+    monkeypatch.setattr(conv, "has_kernel", lambda *a: False)
+    np.testing.assert_allclose(conv._weight_grad(*args).numpy(), fused, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype,tol", [("f32", 1e-5), ("f16", 2e-2), ("bf16", 1e-1)])
+def test_conv_and_pool_gradients_in_every_float_dtype(dtype, tol):
+    """The gradient kernels in the narrower dtypes agree with float64 (the
+    conformance suite checks float64 against finite differences)."""
+    rng = np.random.default_rng(7)
+    x, w = rng.uniform(-1, 1, (2, 4, 9, 8)), rng.uniform(-1, 1, (6, 2, 3, 3))
+    cot = rng.standard_normal((2, 6, 4, 4))
+
+    def grads(dt):
+        xt, wt = c.Tensor(x).to_dtype(dt).requires_grad_(), c.Tensor(w).to_dtype(dt).requires_grad_()
+        y = c.functional.conv2d(xt, wt, padding=1, stride=2, groups=2)
+        y = c.functional.max_pool2d(y, 2, 1) + c.functional.avg_pool2d(y, 2, 1)
+        (y.to_dtype("f64") * c.Tensor(cot[:, :, :y.shape[2], :y.shape[3]])).sum_all().backward()
+        return xt.grad.to_dtype("f64").numpy(), wt.grad.to_dtype("f64").numpy()
+
+    for got, want in zip(grads(dtype), grads("f64")):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def test_graphs_are_freed_without_the_garbage_collector():
+    """No reference cycles: a step's activations go as soon as its loss does
+    (otherwise their memory waits for the cycle collector)."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        w = c.Var.randn(8, 8)
+        x = c.randn((4, 8))
+        h = (x @ w).relu().softmax(-1).log().sigmoid().max(1)
+        out = h.exp().sum_all() / 2
+        refs = [weakref.ref(t) for t in (h, out)]
+        out.backward()
+        del h, out
+        assert all(r() is None for r in refs)
+    finally:
+        gc.enable()

@@ -12,7 +12,7 @@ from ..autograd.graph import record, tracks
 from ..errors import ShapeError
 from ..layout import Layout
 from ..tensor import Tensor
-from .core import check_tensor, kernel, make, require_float, same_device, same_dtype, view
+from .core import check_tensor, has_kernel, kernel, make, require_float, same_device, same_dtype, view
 
 
 def _pair(v, name: str) -> tuple[int, int]:
@@ -102,8 +102,19 @@ def _conv_backward(x, w, g, geometry, transposed):
 
 def _weight_grad(inp, gout, ksize, padding, stride, dilation, groups):
     """dL/dw of ``gout = conv2d(inp, w)``: shape (gout channels, inp channels / groups, kh, kw).
-    Per group, a convolution of inp with gout where batch and channels swap
-    roles and stride and dilation swap places."""
+    The device's kernel when it has one; else, per group, a convolution of inp
+    with gout where batch and channels swap roles and stride and dilation swap."""
+    dev, dtype = inp._device, inp._dtype
+    if has_kernel(dev, "conv2d_backward_weight", dtype):
+        b, cin, h, w = inp.shape
+        cout, (oh, ow) = gout.shape[1], gout.shape[2:]
+        params = (b, cin, h, w, cout, *ksize, *stride, *padding, *dilation, groups, oh, ow, 0, 0)
+        lay = Layout.contig((cout, cin // groups, *ksize))
+        out = dev.backend.alloc(lay.numel * dtype.itemsize)
+        if lay.numel:
+            kernel(dev, "conv2d_backward_weight", dtype)(out, inp._storage, inp._layout, gout._storage,
+                                                         gout._layout, params)
+        return make(out, lay, dtype, dev)
     cin, cout = inp.shape[1] // groups, gout.shape[1] // groups
     parts = []
     for gi in range(groups):
@@ -187,7 +198,8 @@ def pool2d(op: str, x: Tensor, kernel_size, stride=None, padding=0, dilation=1, 
         kernel(dev, op, x._dtype)(out, x._storage, x._layout, params)
     result = make(out, lay, x._dtype, dev)
     if tracks(x):
-        record(result, op, (x,), lambda g: (_pool_backward(op, x, result, g, params),))
+        out = result.detach()  # a closure holding result would be a reference cycle
+        record(result, op, (x,), lambda g: (_pool_backward(op, x, out, g, params),))
     return result.squeeze(0) if unbatched else result
 
 
@@ -203,12 +215,21 @@ def _taps(size: int, k: int, s: int, p: int, d: int, out: int):
 
 
 def _pool_backward(op, x, out, g, params):
-    """Walks the window taps: each is a strided view of x against a block of
-    the output. Max pooling routes the gradient to the first maximum of each
-    window (the forward's choice); average pooling spreads it over the taps."""
+    """x's gradient: max pooling routes each window's gradient to the first
+    maximum of the window (the forward's choice), average pooling spreads it
+    over the taps. The device's kernel when it has one; else a walk over the
+    window taps, each a strided view of x against a block of the output."""
     from .creation import zeros
-    from .shape import copy_into
+    from .shape import contiguous, copy_into
 
+    dev = x._device
+    if has_kernel(dev, f"{op}_backward", x._dtype):
+        g = contiguous(g)
+        lay = Layout.contig(x.shape)
+        gx = dev.backend.alloc(lay.numel * x._dtype.itemsize)
+        if lay.numel:
+            kernel(dev, f"{op}_backward", x._dtype)(gx, x._storage, x._layout, g._storage, g._layout, params)
+        return make(gx, lay, x._dtype, dev)
     b, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, include_pad = params
     gx = zeros(x.shape, dtype=g.dtype, device=g.device)
     if op == "avg_pool2d":

@@ -32,7 +32,8 @@ def custom_op(name: str, *inputs: Tensor, **params) -> Tensor:
     if out._layout.numel:
         k(out._storage, [(t._storage, t._layout) for t in inputs], params)
     if tracks(*inputs):
-        record(out, name, inputs, lambda g: _custom_backward(opdef, inputs, out, g, params))
+        result = out.detach()  # a closure holding out would be a reference cycle
+        record(out, name, inputs, lambda g: _custom_backward(opdef, inputs, result, g, params))
     return out
 
 

@@ -44,8 +44,8 @@ def unary(op: str, x: Tensor) -> Tensor:
     t = _new(Tensor)
     t._storage, t._layout, t._dtype, t._device, t._node = out, lay, dtype, dev, None
     if x._node is not None and is_grad_enabled():
-        rule = UNARY_GRADS[op]
-        record(t, op, (x,), lambda g: (rule(x, t, g),))
+        rule, y = UNARY_GRADS[op], t.detach()  # detached: a closure holding t would be a reference cycle
+        record(t, op, (x,), lambda g: (rule(x, y, g),))
     return t
 
 
@@ -61,8 +61,8 @@ def param(op: str, x: Tensor, p0: float, p1: float) -> Tensor:
         k(out, x._storage, x._layout, float(p0), float(p1))
     t = make(out, lay, dtype, dev)
     if x._node is not None and is_grad_enabled():
-        rule = PARAM_GRADS[op]
-        record(t, op, (x,), lambda g: (rule(x, t, g, p0, p1),))
+        rule, y = PARAM_GRADS[op], t.detach()
+        record(t, op, (x,), lambda g: (rule(x, y, g, p0, p1),))
     return t
 
 
@@ -113,8 +113,8 @@ def binary(op: str, a: Tensor, b: Tensor, out_dtype=None) -> Tensor:
     t = _new(Tensor)
     t._storage, t._layout, t._dtype, t._device, t._node = out, lay, out_dtype, dev, None
     if (a._node is not None or b._node is not None) and out_dtype is dtype and is_grad_enabled():
-        rule = BINARY_GRADS[op]
-        record(t, op, (a, b), lambda g: _binary_backward(rule, a, b, t, g))
+        rule, y = BINARY_GRADS[op], t.detach()
+        record(t, op, (a, b), lambda g: _binary_backward(rule, a, b, y, g))
     return t
 
 

@@ -53,13 +53,14 @@ def _softmax_like(op: str, decomposed, x: Tensor, dim: int) -> Tensor:
 
 
 def _fused_row(kernel_op: str, x: Tensor) -> Tensor:
-    y = _row_op(kernel_op, x)
+    out = _row_op(kernel_op, x)
     if tracks(x):
+        y = out.detach()  # a closure holding out would be a reference cycle
         if kernel_op == "softmax_last":  # dy = y * (g - sum(g * y))
-            record(y, kernel_op, (x,), lambda g: (y * (g - (g * y).sum_keepdim(-1)),))
+            record(out, kernel_op, (x,), lambda g: (y * (g - (g * y).sum_keepdim(-1)),))
         else:  # log_softmax: dy = g - softmax * sum(g)
-            record(y, kernel_op, (x,), lambda g: (g - y.exp() * g.sum_keepdim(-1),))
-    return y
+            record(out, kernel_op, (x,), lambda g: (g - y.exp() * g.sum_keepdim(-1),))
+    return out
 
 
 def softmax(x: Tensor, dim: int = -1) -> Tensor:

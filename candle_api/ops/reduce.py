@@ -30,8 +30,8 @@ def _run(op: str, x: Tensor, dims: tuple, keepdim: bool, out_dtype) -> Tensor:
     t = make(out, lay, out_dtype, dev)
     if out_dtype is x._dtype and tracks(x):
         keep = _out_shape(shape, dims, True)
-        rule = _GRADS[op]
-        record(t, op, (x,), lambda g: (rule(x, t.reshape(keep), g.reshape(keep), dims),))
+        rule, y = _GRADS[op], t.detach().reshape(keep)  # detached: holding t would be a reference cycle
+        record(t, op, (x,), lambda g: (rule(x, y, g.reshape(keep), dims),))
     return t
 
 

@@ -622,7 +622,8 @@ for _t in (False, True):
     for _one in (True, False):
         _name = f"conv{'_transpose' if _t else ''}{'1d' if _one else '2d'}"
         op(_name, (lambda n: lambda x, w, **k: getattr(F, n)(x, w, **k))(_name), _conv_ref(_t, _one), FLOATS,
-           _conv_samples(_t, _one), NONSCALAR, tol_scale=8, kernel=_name.replace("1d", "2d"))
+           _conv_samples(_t, _one), NONSCALAR, tol_scale=8,
+           kernel=(_name.replace("1d", "2d"), "conv2d_backward_weight"))  # the latter: the gradient check
 
 
 def _pool_samples(rng, dtype, layout):
@@ -644,8 +645,10 @@ def _pool(kind):
     return call, ref
 
 
-op("max_pool2d", *_pool("max"), tuple(d for d in ALL if d != "i64"), _pool_samples, NONSCALAR)
-op("avg_pool2d", *_pool("avg"), tuple(d for d in ALL if d != "i64"), _pool_samples, NONSCALAR, tol_scale=4)
+op("max_pool2d", *_pool("max"), tuple(d for d in ALL if d != "i64"), _pool_samples, NONSCALAR,
+   kernel=("max_pool2d", "max_pool2d_backward"))  # the latter: the gradient check, floats only
+op("avg_pool2d", *_pool("avg"), tuple(d for d in ALL if d != "i64"), _pool_samples, NONSCALAR, tol_scale=4,
+   kernel=("avg_pool2d", "avg_pool2d_backward"))
 
 
 def _upsample_samples(rng, dtype, layout):

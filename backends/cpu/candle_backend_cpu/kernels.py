@@ -265,6 +265,16 @@ def build_kernels() -> dict:
 
         return kernel
 
+    def pool_backward_kernel(dt, mode):
+        isz = dt.itemsize
+
+        def kernel(gx, x, lx, g, lg, params):
+            if lib.cd_pool2d_backward(dt.code, mode, pack(params), pack(lx.strides), x.ptr + lx.offset * isz,
+                                      g.ptr + lg.offset * isz, gx.ptr):
+                raise error()
+
+        return kernel
+
     def upsample_kernel(dt, bilinear):
         isz = dt.itemsize
 
@@ -279,6 +289,9 @@ def build_kernels() -> dict:
     for dt in FLOAT_DTYPES:
         add("conv2d", dt, conv_kernel(dt, lib.cd_conv2d))
         add("conv_transpose2d", dt, conv_kernel(dt, lib.cd_conv_transpose2d))
+        add("conv2d_backward_weight", dt, conv_kernel(dt, lib.cd_conv2d_backward_weight))
+        add("max_pool2d_backward", dt, pool_backward_kernel(dt, 0))
+        add("avg_pool2d_backward", dt, pool_backward_kernel(dt, 1))
         add("upsample_bilinear2d", dt, upsample_kernel(dt, True))
     for dt in ALL_DTYPES:
         if dt is not i64:  # the C kernels go through double, exact for every other dtype

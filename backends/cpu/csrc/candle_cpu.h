@@ -178,10 +178,18 @@ CD_API int cd_conv2d(int32_t dtype, const int64_t *p, const int64_t *lay, const 
 /* As cd_conv2d with w of shape (c_in, c_out / groups, kh, kw). */
 CD_API int cd_conv_transpose2d(int32_t dtype, const int64_t *p, const int64_t *lay, const void *x,
                                const void *w, void *out);
+/* The gradient of cd_conv2d(x, w) = gout with respect to w: dw (c_out, c_in / groups,
+ * kh, kw) contiguous; p as for cd_conv2d; lay = x's 4 strides then gout's 4 strides. */
+CD_API int cd_conv2d_backward_weight(int32_t dtype, const int64_t *p, const int64_t *lay, const void *x,
+                                     const void *gout, void *dw);
 /* p = [batch, channels, h, w, kh, kw, sh, sw, pad_h, pad_w, dil_h, dil_w, out_h, out_w,
  *      count_include_pad]; x strided (lay = 4 strides); out contiguous. mode 0 = max, 1 = avg. */
 CD_API int cd_pool2d(int32_t dtype, int32_t mode, const int64_t *p, const int64_t *lay,
                      const void *x, void *out);
+/* The gradient of cd_pool2d for x: gx (b, c, h, w) contiguous from g (b, c, oh, ow)
+ * contiguous; q and lay (x's strides) as for cd_pool2d; float dtypes. */
+CD_API int cd_pool2d_backward(int32_t dtype, int32_t mode, const int64_t *q, const int64_t *lay, const void *x,
+                              const void *g, void *gx);
 /* p = [batch, channels, h, w, out_h, out_w]; mode 0 = nearest, 1 = bilinear,
  * 2 = bilinear with align_corners. */
 CD_API int cd_upsample2d(int32_t dtype, int32_t mode, const int64_t *p, const int64_t *lay,

@@ -95,6 +95,90 @@ int cd_pool2d(int32_t dtype, int32_t mode, const int64_t *q, const int64_t *lay,
     return cd_parallel_for(rows, CD_MAX(1, CD_GRAIN / (p.ow * p.kh * p.kw)), pool_task, &p);
 }
 
+/* ---- pool2d backward --------------------------------------------------------------------
+ * The gradient of pool2d for x: max pooling sends each window's gradient to
+ * the element the forward picked (its first NaN, else its first maximum);
+ * average pooling spreads it over the window's taps inside the input with the
+ * forward's divisor. One (image, channel) plane per task, so the sums are
+ * ordered the same way on any number of threads. g is contiguous (b, c, oh, ow),
+ * gx contiguous (b, c, h, w); both compute in double. */
+typedef struct {
+    const pool_ctx *p;
+    const char *g;
+    char *gx;
+} pool_bwd_ctx;
+
+static int pool_bwd_task(void *vctx, int64_t begin, int64_t end) {
+    const pool_bwd_ctx *c = vctx;
+    const pool_ctx *p = c->p;
+    const int64_t hw = p->h * p->w, ohw = p->oh * p->ow;
+    /* the plane of x, its gradient and the output gradient, converted once */
+    double *xv = cd_scratch((2 * hw + ohw) * (int64_t)sizeof(double));
+    if (!xv) return -1;
+    double *acc = xv + hw, *gv = acc + hw;
+    for (int64_t bc = begin; bc < end; bc++) {
+        const int64_t ch = bc % p->c, bi = bc / p->c, base = bi * p->xs[0] + ch * p->xs[1];
+        if (p->mode == 0)
+            for (int64_t y = 0; y < p->h; y++)
+                for (int64_t xx = 0; xx < p->w; xx++)
+                    xv[y * p->w + xx] = load(p->dtype, p->x, base + y * p->xs[2] + xx * p->xs[3]);
+        for (int64_t i = 0; i < ohw; i++) gv[i] = load(p->dtype, c->g, bc * ohw + i);
+        for (int64_t i = 0; i < hw; i++) acc[i] = 0;
+        for (int64_t oy = 0; oy < p->oh; oy++) {
+            for (int64_t ox = 0; ox < p->ow; ox++) {
+                const double g = gv[oy * p->ow + ox];
+                const int64_t y0 = oy * p->sh - p->ph, x0 = ox * p->sw - p->pw;
+                int64_t best = -1, inside = 0, padded = 0;
+                double bv = -INFINITY;
+                int nan = 0;
+                for (int64_t i = 0; i < p->kh; i++) {
+                    const int64_t y = y0 + i * p->dh;
+                    for (int64_t j = 0; j < p->kw; j++) {
+                        const int64_t xx = x0 + j * p->dw;
+                        if (y >= -p->ph && y < p->h + p->ph && xx >= -p->pw && xx < p->w + p->pw) padded++;
+                        if (y < 0 || y >= p->h || xx < 0 || xx >= p->w) continue;
+                        inside++;
+                        if (p->mode != 0 || nan) continue;
+                        const double v = xv[y * p->w + xx];
+                        if (v != v) nan = 1, best = y * p->w + xx;
+                        else if (best < 0 || v > bv) bv = v, best = y * p->w + xx;
+                    }
+                }
+                if (p->mode == 0) {
+                    if (best >= 0) acc[best] += g;
+                    continue;
+                }
+                const int64_t div = p->include_pad ? padded : inside;
+                if (div <= 0) continue;
+                for (int64_t i = 0; i < p->kh; i++) {
+                    const int64_t y = y0 + i * p->dh;
+                    for (int64_t j = 0; j < p->kw; j++) {
+                        const int64_t xx = x0 + j * p->dw;
+                        if (y >= 0 && y < p->h && xx >= 0 && xx < p->w) acc[y * p->w + xx] += g / (double)div;
+                    }
+                }
+            }
+        }
+        for (int64_t i = 0; i < hw; i++) store(p->dtype, c->gx, bc * hw + i, acc[i]);
+    }
+    cd_scratch_free(xv);
+    return 0;
+}
+
+int cd_pool2d_backward(int32_t dtype, int32_t mode, const int64_t *q, const int64_t *lay, const void *x,
+                       const void *g, void *gx) {
+    if (!cd_dtype_is_float(dtype)) return cd_fail("pooling gradients need a float dtype, got %s", cd_dtype_name(dtype));
+    if (mode != 0 && mode != 1) return cd_fail("bad pool mode %d", mode);
+    pool_ctx p = {dtype, mode, q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11],
+                  q[12], q[13], q[14], lay, x, NULL};
+    if (p.kh < 1 || p.kw < 1 || p.sh < 1 || p.sw < 1 || p.dh < 1 || p.dw < 1 || p.ph < 0 || p.pw < 0)
+        return cd_fail("bad pooling window");
+    const int64_t planes = p.b * p.c;
+    if (planes == 0 || p.h * p.w == 0) return 0;
+    pool_bwd_ctx c = {&p, g, gx};
+    return cd_parallel_for(planes, CD_MAX(1, CD_GRAIN / (p.h * p.w + p.oh * p.ow * p.kh * p.kw)), pool_bwd_task, &c);
+}
+
 /* ---- upsample2d ------------------------------------------------------------------------
  * nearest: src = floor(dst * in / out); bilinear follows PyTorch's half-pixel
  * rule (align_corners = false) or maps the corners onto each other. */

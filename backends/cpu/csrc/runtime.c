@@ -87,10 +87,12 @@ int64_t cd_load_index(int32_t id_dtype, const void *ids, int64_t i) {
 
 /* ---- allocator -------------------------------------------------------------
  * Every block carries a 64-byte header holding its capacity, so cd_free knows
- * the size and can refuse a pointer it did not make. Blocks of at least CACHE_MIN bytes are kept on free (up to
- * CACHE_LIMIT in total) and handed out again: re-faulting fresh pages costs more
- * than the kernels themselves for large tensors. Large blocks are 2 MiB aligned
- * and advised as huge pages. */
+ * the size and can refuse a pointer it did not make. Blocks of at least
+ * CACHE_MIN bytes are kept on free (up to CACHE_LIMIT in total) and handed out
+ * again: re-faulting fresh pages costs more than the kernels themselves for
+ * large tensors. Large blocks are their own memory maps, advised as huge pages:
+ * from malloc's heap, an aligned request can cost milliseconds (its pages,
+ * already huge, are touched and split). */
 #define HEADER 64
 #define CACHE_MIN (1 << 20)
 #define CACHE_SLOTS 64
@@ -101,6 +103,8 @@ static const uint64_t MAGIC = 0xca9d1e5a110cb10cull;
 typedef struct {
     uint64_t magic;
     int64_t capacity;
+    void *map;       /* the memory map holding the block, or NULL for malloc'd ones */
+    size_t map_len;
 } block_header;
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -117,12 +121,26 @@ static int64_t round_capacity(int64_t nbytes) {
     return (nbytes + step - 1) / step * step;
 }
 
+/* A block in a memory map of its own, its header on a 2 MiB boundary. */
+static block_header *map_block(int64_t cap) {
+    size_t len = (size_t)cap + HEADER + HUGE_ALIGN;
+    char *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) return NULL;
+    char *start = (char *)(((uintptr_t)map + HUGE_ALIGN - 1) & ~(uintptr_t)(HUGE_ALIGN - 1));
+    madvise(start, (size_t)cap + HEADER, MADV_HUGEPAGE);
+    block_header *h = (block_header *)start;
+    h->map = map;
+    h->map_len = len;
+    return h;
+}
+
 void *cd_alloc(int64_t nbytes) {
     if (nbytes < 0 || nbytes > ((int64_t)1 << 46)) {
         cd_fail("cannot allocate %lld bytes", (long long)nbytes);
         return NULL;
     }
     int64_t cap = round_capacity(nbytes);
+    block_header *h = NULL;
     if (cap >= CACHE_MIN) {
         pthread_mutex_lock(&cache_lock);
         for (int i = 0; i < CACHE_SLOTS; i++) {
@@ -135,26 +153,26 @@ void *cd_alloc(int64_t nbytes) {
             }
         }
         pthread_mutex_unlock(&cache_lock);
+        h = map_block(cap);
+    } else if (posix_memalign((void **)&h, 64, (size_t)cap + HEADER) == 0) {
+        h->map = NULL;
+    } else {
+        h = NULL;
     }
-    /* Large blocks start on a huge-page boundary so the kernel can back them
-     * with 2 MiB pages; the header sits in the 64 bytes before the data. */
-    size_t align = cap >= 2 * HUGE_ALIGN ? HUGE_ALIGN : 64;
-    char *base = NULL;
-    if (posix_memalign((void **)&base, align, (size_t)cap + HEADER) != 0) {
+    if (!h) {
         cd_fail("out of memory allocating %lld bytes", (long long)nbytes);
         return NULL;
     }
-    if (align == HUGE_ALIGN) madvise(base, (size_t)cap + HEADER, MADV_HUGEPAGE);
-    block_header *h = (block_header *)base;
     h->magic = MAGIC;
     h->capacity = cap;
-    return base + HEADER;
+    return (char *)h + HEADER;
 }
 
 static void release(void *p) {
     block_header *h = (block_header *)((char *)p - HEADER);
     h->magic = 0;
-    free(h);
+    if (h->map) munmap(h->map, h->map_len);
+    else free(h);
 }
 
 void cd_free(void *p) {
