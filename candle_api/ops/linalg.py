@@ -52,6 +52,15 @@ def _matmul_backward(a: Tensor, b: Tensor, g: Tensor, out_shape: tuple):
     a2 = a.unsqueeze(0) if a.rank == 1 else a
     b2 = b.unsqueeze(1) if b.rank == 1 else b
     g = g.reshape(out_shape)
-    ga = sum_to(matmul(g, b2.transpose(-1, -2)), a2.shape).reshape(a.shape) if a._node is not None else None
-    gb = sum_to(matmul(a2.transpose(-1, -2), g), b2.shape).reshape(b.shape) if b._node is not None else None
+    ga = sum_to(_laid_out_like(a2, g, b2.transpose(-1, -2)), a2.shape).reshape(a.shape) if a._node is not None else None
+    gb = sum_to(_laid_out_like(b2, a2.transpose(-1, -2), g), b2.shape).reshape(b.shape) if b._node is not None else None
     return ga, gb
+
+
+def _laid_out_like(x: Tensor, left: Tensor, right: Tensor) -> Tensor:
+    """left @ right, column-major when x is (a transposed view, such as a
+    Linear's weight.t()): the gradient then reaches the weight contiguous,
+    so the optimizer reads it without a copy."""
+    if x.rank >= 2 and x._layout.strides[-2] == 1 and x._layout.strides[-1] != 1:
+        return matmul(right.transpose(-1, -2), left.transpose(-1, -2)).transpose(-1, -2)
+    return matmul(left, right)
