@@ -67,26 +67,21 @@ def check_tensor(op: str, x, what: str = "argument") -> Tensor:
     return x
 
 
-def same_device(op: str, *tensors: Tensor):
-    dev = tensors[0]._device
+def _same(op: str, tensors, attr: str, error, what: str, advice: str):
+    value = getattr(tensors[0], attr)
     for t in tensors[1:]:
-        if t._device is not dev:
-            raise DeviceError(
-                f"{op}: tensors are on different devices ({', '.join(str(t._device) for t in tensors)}); "
-                "move them with .to_device() first"
-            )
-    return dev
+        if getattr(t, attr) is not value:
+            raise error(f"{op}: {what} ({', '.join(str(getattr(t, attr)) for t in tensors)}); {advice}")
+    return value
+
+
+def same_device(op: str, *tensors: Tensor):
+    return _same(op, tensors, "_device", DeviceError, "tensors are on different devices",
+                 "move them with .to_device() first")
 
 
 def same_dtype(op: str, *tensors: Tensor):
-    dt = tensors[0]._dtype
-    for t in tensors[1:]:
-        if t._dtype is not dt:
-            raise DTypeError(
-                f"{op}: dtypes differ ({', '.join(str(t._dtype) for t in tensors)}); "
-                "convert with .to_dtype() first"
-            )
-    return dt
+    return _same(op, tensors, "_dtype", DTypeError, "dtypes differ", "convert with .to_dtype() first")
 
 
 def require_float(op: str, x: Tensor) -> None:

@@ -135,23 +135,6 @@ static int conv_task(void *vctx, int64_t begin, int64_t end) {
     return rc;
 }
 
-int cd_conv2d(int32_t dtype, const int64_t *p, const int64_t *lay, const void *vx, const void *vw, void *vout) {
-    if (!cd_dtype_is_float(dtype)) return cd_fail("conv is implemented for float dtypes, got %s", cd_dtype_name(dtype));
-    conv_params q;
-    if (parse(p, &q)) return -1;
-    const int ct = ct_of(dtype), csz = cd_dtype_size(ct);
-    const int64_t cin_g = q.cin / q.groups, K = cin_g * q.kh * q.kw;
-    if (q.b == 0 || q.cout == 0 || q.oh * q.ow == 0) return 0;
-    int64_t wshape[4] = {q.cout, cin_g, q.kh, q.kw};
-    char *wmat = cd_scratch(q.cout * K * csz + 64);
-    if (!wmat) return -1;
-    pack4(dtype, ct, vw, lay + 4, wshape, wmat);
-    conv_ctx c = {dtype, ct, &q, lay, vx, wmat, vout};
-    int rc = cd_parallel_for(q.b * q.groups, 1, conv_task, &c);
-    cd_scratch_free(wmat);
-    return rc;
-}
-
 /* ---- transposed ------------------------------------------------------------------------------ */
 /* Adds the columns of one (image, group) into its output planes (cout_g x oh x ow). */
 static void col2im(int ct, const conv_params *q, int64_t cout_g, const void *col, void *plane) {
@@ -199,22 +182,33 @@ static int convt_task(void *vctx, int64_t begin, int64_t end) {
     return rc;
 }
 
-int cd_conv_transpose2d(int32_t dtype, const int64_t *p, const int64_t *lay, const void *vx, const void *vw,
-                        void *vout) {
+/* Packs the weights and runs one task per (image, group): the forward
+ * convolution or the transposed one. */
+static int run_conv(int32_t dtype, const int64_t *p, const int64_t *lay, const void *vx, const void *vw, void *vout,
+                    int transposed) {
     if (!cd_dtype_is_float(dtype)) return cd_fail("conv is implemented for float dtypes, got %s", cd_dtype_name(dtype));
     conv_params q;
     if (parse(p, &q)) return -1;
     const int ct = ct_of(dtype), csz = cd_dtype_size(ct);
-    const int64_t cout_g = q.cout / q.groups, R = cout_g * q.kh * q.kw;
     if (q.b == 0 || q.cout == 0 || q.oh * q.ow == 0) return 0;
-    int64_t wshape[4] = {q.cin, cout_g, q.kh, q.kw};
-    char *wmat = cd_scratch(q.cin * R * csz + 64);
+    const int64_t wshape[4] = {transposed ? q.cin : q.cout, transposed ? q.cout / q.groups : q.cin / q.groups, q.kh,
+                               q.kw};
+    char *wmat = cd_scratch(wshape[0] * wshape[1] * q.kh * q.kw * csz + 64);
     if (!wmat) return -1;
     pack4(dtype, ct, vw, lay + 4, wshape, wmat);
     conv_ctx c = {dtype, ct, &q, lay, vx, wmat, vout};
-    int rc = cd_parallel_for(q.b * q.groups, 1, convt_task, &c);
+    int rc = cd_parallel_for(q.b * q.groups, 1, transposed ? convt_task : conv_task, &c);
     cd_scratch_free(wmat);
     return rc;
+}
+
+int cd_conv2d(int32_t dtype, const int64_t *p, const int64_t *lay, const void *vx, const void *vw, void *vout) {
+    return run_conv(dtype, p, lay, vx, vw, vout, 0);
+}
+
+int cd_conv_transpose2d(int32_t dtype, const int64_t *p, const int64_t *lay, const void *vx, const void *vw,
+                        void *vout) {
+    return run_conv(dtype, p, lay, vx, vw, vout, 1);
 }
 
 /* ---- gradient with respect to the kernel ---------------------------------------------------------

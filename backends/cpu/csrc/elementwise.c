@@ -245,29 +245,21 @@ static loop_unary UNARY[CD_UNARY_COUNT][CD_NUM_DTYPES];
 typedef void (*to_f32_fn)(int64_t, const uint16_t *, float *);
 typedef void (*from_f32_fn)(int64_t, const float *, uint16_t *);
 
-static int half_unary(loop_unary f, to_f32_fn up, from_f32_fn down, int64_t n, const void *vx, void *vy) {
-    const uint16_t *x = vx;
-    uint16_t *y = vy;
-    float bx[HALF_BLOCK], by[HALF_BLOCK];
-    for (int64_t i = 0; i < n; i += HALF_BLOCK) {
-        int64_t m = CD_MIN(HALF_BLOCK, n - i);
-        up(m, x + i, bx);
-        int rc = f(m, bx, by);
-        if (rc) return rc;
-        down(m, by, y + i);
-    }
-    return 0;
-}
+/* The f32 loop of a unary op, or of a parametrized one with its parameters. */
+typedef struct {
+    loop_unary unary;
+    loop_param param;
+    double p0, p1;
+} f32_loop;
 
-static int half_param(loop_param f, to_f32_fn up, from_f32_fn down, int64_t n, const void *vx, void *vy,
-                      double p0, double p1) {
+static int half_map(const f32_loop *f, to_f32_fn up, from_f32_fn down, int64_t n, const void *vx, void *vy) {
     const uint16_t *x = vx;
     uint16_t *y = vy;
     float bx[HALF_BLOCK], by[HALF_BLOCK];
     for (int64_t i = 0; i < n; i += HALF_BLOCK) {
         int64_t m = CD_MIN(HALF_BLOCK, n - i);
         up(m, x + i, bx);
-        int rc = f(m, bx, by, p0, p1);
+        int rc = f->unary ? f->unary(m, bx, by) : f->param(m, bx, by, f->p0, f->p1);
         if (rc) return rc;
         down(m, by, y + i);
     }
@@ -296,13 +288,15 @@ static int half_binary(loop_binary f, to_f32_fn up, from_f32_fn down, int64_t n,
 }
 
 /* Through the f32 table entry, so an instruction-set specific f32 loop serves the halves too. */
-#define GEN_UNARY_H(op, dt)                                         \
-    static int u_##op##_##dt(int64_t n, const void *x, void *y) {   \
-        return half_unary(UNARY[CD_UNARY_##op][CD_f32], cd_##dt##_to_f32_n, cd_f32_to_##dt##_n, n, x, y); \
+#define GEN_UNARY_H(op, dt)                                                    \
+    static int u_##op##_##dt(int64_t n, const void *x, void *y) {              \
+        const f32_loop f = {UNARY[CD_UNARY_##op][CD_f32], NULL, 0, 0};         \
+        return half_map(&f, cd_##dt##_to_f32_n, cd_f32_to_##dt##_n, n, x, y); \
     }
-#define GEN_PARAM_H(op, dt)                                                                   \
-    static int p_##op##_##dt(int64_t n, const void *x, void *y, double p0, double p1) {       \
-        return half_param(p_##op##_f32, cd_##dt##_to_f32_n, cd_f32_to_##dt##_n, n, x, y, p0, p1); \
+#define GEN_PARAM_H(op, dt)                                                             \
+    static int p_##op##_##dt(int64_t n, const void *x, void *y, double p0, double p1) { \
+        const f32_loop f = {NULL, p_##op##_f32, p0, p1};                                \
+        return half_map(&f, cd_##dt##_to_f32_n, cd_f32_to_##dt##_n, n, x, y);          \
     }
 #define GEN_BINARY_H(op, dt)                                                       \
     static int b_##op##_##dt(int64_t n, const void *a, const void *b, void *o) {   \

@@ -1,17 +1,27 @@
-"""Every op of the table, every dtype, every layout, against NumPy."""
+"""Every op of the table, every dtype, every layout, against NumPy; and every
+differentiable op's backward pass against finite differences in float64,
+with its inputs in every layout."""
 
 import pytest
 
 from candle_api.device import get_device
 from candle_api.errors import UnsupportedOpError
-from candle_api.testing.opinfo import cases
+from candle_api.testing.opinfo import cases, grad_cases
+
+
+def _run(candle_device, check):
+    try:
+        check(get_device(candle_device))
+    except UnsupportedOpError as exc:
+        # A third-party backend may lack ops; say so instead of failing the suite.
+        pytest.skip(f"not implemented: {exc}")
 
 
 @pytest.mark.parametrize("case", cases(), ids=str)
 def test_op(candle_device, case):
-    device = get_device(candle_device)
-    try:
-        case.check_against_reference(device)
-    except UnsupportedOpError as exc:
-        # A third-party backend may lack ops; say so instead of failing the suite.
-        pytest.skip(f"not implemented: {exc}")
+    _run(candle_device, case.check_against_reference)
+
+
+@pytest.mark.parametrize("case", grad_cases(), ids=str)
+def test_gradient(candle_device, case):
+    _run(candle_device, case.check_gradient)
