@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
 
 from candle_api.errors import FormatError
@@ -20,3 +21,13 @@ def load_config(folder: Path) -> dict:
     if not isinstance(config, dict):
         raise FormatError(path, 0, "config.json must hold an object")
     return config
+
+
+def config_from_dict(cls, config: dict):
+    """The dataclass ``cls`` from the config.json keys it has fields for (a null
+    keeps the default), with num_labels counted from id2label as transformers does."""
+    known = {f.name for f in fields(cls)}
+    cfg = cls(**{k: v for k, v in config.items() if k in known and v is not None})
+    if "id2label" in config and "num_labels" in known:
+        cfg.num_labels = len(config["id2label"])
+    return cfg

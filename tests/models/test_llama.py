@@ -1,0 +1,172 @@
+"""The Llama family against transformers: seeded random Llama (three rope
+scalings), Mistral and Qwen2 checkpoints (fixtures/tiny_*), greedy decoding
+of the real SmolLM2-135M-Instruct GGUF (fixtures/smollm2_greedy.json) and
+the GGUF tokenizers; all made by fixtures/make_llama_fixtures.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import candle_api as c
+from candle_models import ModelNotFoundError, default_model
+from candle_models.generation import Sampler, generate, generate_ids
+from candle_models.llama import LlamaConfig, LlamaForCausalLM
+from candle_models.tokenizer import Tokenizer
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TINY = sorted(p.name for p in FIXTURES.glob("tiny_*") if (p / "reference.npz").exists())
+TOL = 1e-4
+
+
+def reference(name: str) -> tuple[np.ndarray, np.ndarray]:
+    data = np.load(FIXTURES / name / "reference.npz")
+    return data["input_ids"], data["logits"]
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    try:
+        return default_model("generate")
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def smollm2_model(smollm2):
+    return LlamaForCausalLM.from_pretrained(smollm2)
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer(smollm2):
+    return Tokenizer.from_pretrained(smollm2)
+
+
+def test_fixtures_cover_the_variants():
+    assert TINY == ["tiny_llama3", "tiny_llama_dynamic", "tiny_llama_linear", "tiny_mistral", "tiny_qwen2"]
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_logits_match_transformers(name):
+    ids, expected = reference(name)
+    model = LlamaForCausalLM.from_pretrained(FIXTURES / name)
+    with c.no_grad():
+        logits = model(c.from_numpy(ids.astype(np.uint32))).numpy()
+    assert logits.shape == expected.shape
+    np.testing.assert_allclose(logits, expected, rtol=0, atol=TOL)
+
+
+# Dynamic NTK scaling is left out: its frequencies depend on the length seen so far, so keys cached
+# before the sequence passed max_position_embeddings differ from a full forward's (in transformers too).
+@pytest.mark.parametrize("name", [n for n in TINY if n != "tiny_llama_dynamic"])
+def test_kv_cache_steps_match_the_full_forward(name):
+    """A prompt of 5, then one token at a time: the positions, the cache (grown
+    past its first capacity) and the sliding windows line up with a full forward."""
+    ids, expected = reference(name)
+    model = LlamaForCausalLM.from_pretrained(FIXTURES / name)
+    cache = model.new_cache(batch=ids.shape[0], capacity=6)
+    with c.no_grad():
+        steps = [model(c.from_numpy(ids[:, :5].astype(np.uint32)), cache).numpy()]
+        for t in range(5, ids.shape[1]):
+            steps.append(model(c.from_numpy(ids[:, t:t + 1].astype(np.uint32)), cache).numpy())
+    assert cache.length == ids.shape[1]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), expected, rtol=0, atol=TOL)
+
+
+def test_last_only_gives_the_last_position():
+    ids, expected = reference("tiny_qwen2")
+    model = LlamaForCausalLM.from_pretrained(FIXTURES / "tiny_qwen2")
+    with c.no_grad():
+        last = model(c.from_numpy(ids.astype(np.uint32)), last_only=True).numpy()
+    np.testing.assert_allclose(last, expected[:, -1:], rtol=0, atol=TOL)
+
+
+def test_bf16_and_f16_weights_run_close_to_f32():
+    ids, expected = reference("tiny_llama3")
+    for dtype, tol in (("f16", 0.05), ("bf16", 0.25)):
+        model = LlamaForCausalLM.from_pretrained(FIXTURES / "tiny_llama3", dtype=dtype)
+        with c.no_grad():
+            logits = model(c.from_numpy(ids.astype(np.uint32))).to_dtype("f32").numpy()
+        assert np.abs(logits - expected).max() < tol * np.abs(expected).max(), dtype
+
+
+# ---- configuration and input errors ------------------------------------------------------------------
+
+def _config(**changes) -> dict:
+    cfg = json.loads((FIXTURES / "tiny_llama3" / "config.json").read_text())
+    cfg.update(changes)
+    return cfg
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"model_type": "gpt2"}, "not a Llama-family model"),
+    ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+    ({"rope_parameters": {"rope_type": "yarn-ish", "rope_theta": 1.0}}, "rope type 'yarn-ish'"),
+    ({"num_attention_heads": None}, "num_attention_heads"),
+])
+def test_bad_configs_are_named(changes, message):
+    cfg = _config(**changes)
+    if changes.get("num_attention_heads", 0) is None:
+        del cfg["num_attention_heads"]
+    with pytest.raises(ValueError, match=message):
+        LlamaConfig.from_dict(cfg)
+
+
+def test_bad_inputs_are_named(tmp_path):
+    model = LlamaForCausalLM.from_pretrained(FIXTURES / "tiny_mistral")
+    with pytest.raises(ValueError, match=r"\(batch, seq\)"):
+        model(c.tensor([1, 2, 3], dtype="u32"))
+    with pytest.raises(Exception, match="out of range|index"):
+        model([[1, 2, 96]])  # vocab_size is 96
+    with pytest.raises(ModelNotFoundError):
+        LlamaForCausalLM.from_pretrained(tmp_path / "missing")
+    broken = tmp_path / "broken"
+    shutil.copytree(FIXTURES / "tiny_mistral", broken)
+    (broken / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
+    with pytest.raises(Exception, match="model.safetensors"):
+        LlamaForCausalLM.from_pretrained(broken)
+
+
+# ---- SmolLM2-135M-Instruct from its real GGUF --------------------------------------------------------
+
+GREEDY = json.loads((FIXTURES / "smollm2_greedy.json").read_text())
+
+
+def test_gguf_tokenizer_matches_transformers(smollm2_tokenizer):
+    for case in GREEDY["tokenizer"]:
+        assert smollm2_tokenizer.encode(case["text"], add_special_tokens=False) == case["ids"], case["text"]
+    for case in GREEDY["cases"]:
+        assert smollm2_tokenizer.encode_chat(case["prompt"]) == case["prompt_ids"], case["prompt"]
+
+
+@pytest.mark.parametrize("case", GREEDY["cases"], ids=[c["prompt"][:20] for c in GREEDY["cases"]])
+def test_greedy_decoding_matches_transformers(case, smollm2_model):
+    ids = list(generate_ids(smollm2_model, case["prompt_ids"], GREEDY["tokens"], Sampler(temperature=0)))
+    assert ids == case["generated_ids"]
+
+
+def test_the_capital_of_france_is_paris(smollm2_model, smollm2_tokenizer):
+    pieces = list(generate(smollm2_model, smollm2_tokenizer, "What is the capital of France?", 32,
+                           Sampler(temperature=0)))
+    answer = "".join(pieces)
+    assert "Paris" in answer
+    assert len(pieces) > 3  # streamed piece by piece, and stopped at <|im_end|> (not shown)
+    assert "<|im_end|>" not in answer and len(answer) < 120
+
+
+def test_smollm2_config_from_gguf_metadata(smollm2_model):
+    cfg = smollm2_model.config
+    assert (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads,
+            cfg.num_key_value_heads, cfg.tie_word_embeddings) == (49152, 576, 30, 9, 3, True)
+
+
+def test_sentencepiece_gguf_tokenizer_matches_transformers():
+    metadata = c.load(str(FIXTURES / "spm_vocab.gguf")).metadata
+    tok = Tokenizer.from_gguf_metadata(metadata)
+    for case in json.loads((FIXTURES / "spm_tokens.json").read_text()):
+        assert tok.encode(case["text"]) == case["ids"], case["text"]
+        assert tok.decode(case["ids"], skip_special_tokens=True) == case["decoded"], case["text"]
