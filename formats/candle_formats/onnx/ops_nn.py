@@ -1,0 +1,143 @@
+"""Convolutions: Conv and ConvTranspose in 1, 2 and 3 (or more) spatial dims.
+
+1-d and 2-d run on candle-api's conv kernels; deeper ones are sums of 2-d
+convolutions over the taps of the leading spatial dims. Padding the kernels
+cannot express (asymmetric, SAME_*) is applied to the input (Conv) or cut
+from the full output (ConvTranspose).
+"""
+
+from __future__ import annotations
+
+
+from .ops_tensor import pad
+from .registry import op
+
+
+def conv_params(node, x, w):
+    """(pads as (begin, end) per spatial dim, strides, dilations) with auto_pad resolved."""
+    n = x.rank - 2
+    kernel = node.get("kernel_shape") or list(w.shape[2:])
+    strides = node.get("strides") or [1] * n
+    dilations = node.get("dilations") or [1] * n
+    auto = node.get("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = []
+        for size, k, s, d in zip(x.shape[2:], kernel, strides, dilations):
+            out = -(-size // s)
+            total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
+            small = total // 2
+            pads.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
+    elif auto == "VALID":
+        pads = [(0, 0)] * n
+    else:
+        raw = node.get("pads") or [0] * (2 * n)
+        pads = list(zip(raw[:n], raw[n:]))
+    return pads, list(strides), list(dilations)
+
+
+def conv(x, w, pads, strides, dilations, groups: int):
+    """x (N, C, *spatial) with w (M, C / groups, *kernel); pads as (begin, end) per dim."""
+    if any(b != e for b, e in pads):
+        x = pad(x, [(0, 0), (0, 0)] + list(pads))
+        pads = [(0, 0)] * len(pads)
+    sym = [b for b, _ in pads]
+    n = x.rank - 2
+    if n == 1:
+        return x.conv1d(w, sym[0], strides[0], dilations[0], groups)
+    if n == 2:
+        return x.conv2d(w, tuple(sym), tuple(strides), tuple(dilations), groups)
+    return _conv_leading(x, w, pads, strides, dilations, groups)
+
+
+def _conv_leading(x, w, pads, strides, dilations, groups):
+    """A convolution over 3+ spatial dims: for each tap of the first one, the
+    input positions it reads (a strided slice) form a batch of (n-1)-d images."""
+    x = pad(x, [(0, 0), (0, 0), pads[0]] + [(0, 0)] * (len(pads) - 1))
+    b, ch, depth = x.shape[:3]
+    k, s, d = w.shape[2], strides[0], dilations[0]
+    out_depth = (depth - (k - 1) * d - 1) // s + 1
+    total = None
+    for tap in range(k):
+        part = x.narrow(2, tap * d, (out_depth - 1) * s + 1)[:, :, ::s]
+        part = part.transpose(1, 2).reshape((b * out_depth, ch) + x.shape[3:])
+        y = conv(part, w[:, :, tap], pads[1:], strides[1:], dilations[1:], groups)
+        y = y.reshape((b, out_depth) + y.shape[1:]).transpose(1, 2)
+        total = y if total is None else total + y
+    return total
+
+
+def _with_bias(y, bias):
+    return y if bias is None else y + bias.reshape((1, -1) + (1,) * (y.rank - 2))
+
+
+@op("Conv")
+def conv_op(node, x, w, bias=None):
+    pads, strides, dilations = conv_params(node, x, w)
+    return _with_bias(conv(x, w, pads, strides, dilations, node.get("group", 1)), bias)
+
+
+def _transpose_params(node, x, w):
+    """(first output position kept, output size) per dim, with the full output
+    of a padding-free transposed convolution as reference."""
+    n = x.rank - 2
+    strides = node.get("strides") or [1] * n
+    dilations = node.get("dilations") or [1] * n
+    extra = node.get("output_padding") or [0] * n
+    full = [(size - 1) * s + (k - 1) * d + 1 for size, s, k, d in zip(x.shape[2:], strides, w.shape[2:], dilations)]
+    target = node.get("output_shape")
+    auto = node.get("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER") and not node.get("pads"):
+        target = target or [size * s for size, s in zip(x.shape[2:], strides)]
+        total = [f + e - t for f, e, t in zip(full, extra, target)]
+        begin = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+        return begin, list(target), strides, dilations, full
+    raw = node.get("pads") or [0] * (2 * n)
+    begin = raw[:n]
+    if not target:
+        target = [f + e - b - end for f, e, b, end in zip(full, extra, begin, raw[n:])]
+    return begin, list(target), strides, dilations, full
+
+
+def conv_transpose(x, w, begin, target, strides, dilations, full, groups: int):
+    n = x.rank - 2
+    # the kernels cut `padding` from both ends of the full output, then add `output_padding` at the end
+    out_pad = [t - f + 2 * b for f, b, t in zip(full, begin, target)]
+    if n <= 2 and all(b >= 0 and 0 <= o < max(s, d) for b, o, s, d in zip(begin, out_pad, strides, dilations)):
+        if n == 1:
+            return x.conv_transpose1d(w, begin[0], out_pad[0], strides[0], dilations[0], groups)
+        return x.conv_transpose2d(w, tuple(begin), tuple(out_pad), tuple(strides), tuple(dilations), groups)
+    y = _transpose_full(x, w, strides, dilations, groups)
+    return pad(y, [(0, 0), (0, 0)] + [(-b, t - (f - b)) for b, t, f in zip(begin, target, full)])
+
+
+def _transpose_full(x, w, strides, dilations, groups):
+    """The padding-free transposed convolution (any number of spatial dims)."""
+    n = x.rank - 2
+    if n == 1:
+        return x.conv_transpose1d(w, 0, 0, strides[0], dilations[0], groups)
+    if n == 2:
+        return x.conv_transpose2d(w, (0, 0), (0, 0), tuple(strides), tuple(dilations), groups)
+    # 3+ dims: each tap of the first kernel dim adds an (n-1)-d transposed
+    # convolution of every input slice at depth i * stride + tap * dilation
+    b, ch, depth = x.shape[:3]
+    k, s, d = w.shape[2], strides[0], dilations[0]
+    flat = x.transpose(1, 2).reshape((b * depth, ch) + x.shape[3:])
+    total = None
+    full_depth = (depth - 1) * s + (k - 1) * d + 1
+    for tap in range(k):
+        y = _transpose_full(flat, w[:, :, tap], strides[1:], dilations[1:], groups)
+        y = y.reshape((b, depth) + y.shape[1:]).transpose(1, 2)      # (b, m, depth, ...)
+        if s > 1:  # place slice i at position i * s: interleave s - 1 zero slices
+            y = y.unsqueeze(3)
+            y = pad(y, [(0, 0)] * 3 + [(0, s - 1)] + [(0, 0)] * (y.rank - 4))
+            y = y.reshape(y.shape[:2] + (depth * s,) + y.shape[4:]).narrow(2, 0, (depth - 1) * s + 1)
+        y = pad(y, [(0, 0), (0, 0), (tap * d, full_depth - tap * d - y.shape[2])] + [(0, 0)] * (n - 1))
+        total = y if total is None else total + y
+    return total
+
+
+@op("ConvTranspose")
+def conv_transpose_op(node, x, w, bias=None):
+    begin, target, strides, dilations, full = _transpose_params(node, x, w)
+    y = conv_transpose(x, w, begin, target, strides, dilations, full, node.get("group", 1))
+    return _with_bias(y, bias)
