@@ -582,20 +582,23 @@ op("embedding", lambda table, ids: F.embedding(ids, table), lambda table, ids: t
 
 # Convolutions, pooling, resampling.
 def _conv_samples(transposed, one_d):
-    configs = [dict(padding=0, stride=1, dilation=1, groups=1), dict(padding=1, stride=2, dilation=1, groups=1),
-               dict(padding=2, stride=1, dilation=2, groups=1), dict(padding=1, stride=1, dilation=1, groups=2)]
+    # (kernel height, width), then the keyword arguments; 1x1 is the pointwise fast path.
+    configs = [((3, 2), dict(padding=0, stride=1, dilation=1, groups=1)),
+               ((3, 2), dict(padding=1, stride=2, dilation=1, groups=1)),
+               ((3, 2), dict(padding=2, stride=1, dilation=2, groups=1)),
+               ((3, 2), dict(padding=1, stride=1, dilation=1, groups=2)),
+               ((1, 1), dict(padding=0, stride=1, dilation=1, groups=2))]
 
     def gen(rng, dtype, layout):
         out = []
         batch = 0 if layout == "empty" else 2
-        for cfg in configs:
-            k = 3
+        for (k, k2), cfg in configs:
             if transposed:
-                w_shape = (4, 6 // cfg["groups"], k) if one_d else (4, 6 // cfg["groups"], k, 2)
+                w_shape = (4, 6 // cfg["groups"], k) if one_d else (4, 6 // cfg["groups"], k, k2)
                 x_shape = (batch, 4, 7) if one_d else (batch, 4, 5, 6)
                 kw = dict(cfg, output_padding=1 if cfg["stride"] > 1 else 0)
             else:
-                w_shape = (6, 4 // cfg["groups"], k) if one_d else (6, 4 // cfg["groups"], k, 2)
+                w_shape = (6, 4 // cfg["groups"], k) if one_d else (6, 4 // cfg["groups"], k, k2)
                 x_shape = (batch, 4, 9) if one_d else (batch, 4, 7, 8)
                 kw = cfg
             out.append(Sample([values(rng, dtype, x_shape, -1, 1), values(rng, dtype, w_shape, -1, 1)], dict(kw)))

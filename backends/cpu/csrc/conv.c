@@ -78,6 +78,8 @@ static void valid_cols(const conv_params *q, int64_t off, int64_t *lo, int64_t *
 static void im2col(int dtype, int ct, const conv_params *q, int64_t cin_g, const int64_t *xs, const char *x,
                    void *col) {
     const int64_t n = q->oh * q->ow;
+    const size_t csz = (size_t)cd_dtype_size(ct); /* 0.0 is all zero bits in f32 and f64 */
+    char *cols = col;
     for (int64_t r = 0; r < cin_g * q->kh * q->kw; r++) {
         const int64_t j = r % q->kw, i = (r / q->kw) % q->kh, ch = r / (q->kw * q->kh);
         int64_t lo, hi;
@@ -85,17 +87,18 @@ static void im2col(int dtype, int ct, const conv_params *q, int64_t cin_g, const
         for (int64_t oy = 0; oy < q->oh; oy++) {
             const int64_t y = oy * q->sh - q->ph + i * q->dh, base = r * n + oy * q->ow;
             if (y < 0 || y >= q->h) {
-                for (int64_t ox = 0; ox < q->ow; ox++) put(ct, col, base + ox, 0);
+                memset(cols + (size_t)base * csz, 0, (size_t)q->ow * csz);
                 continue;
             }
-            for (int64_t ox = 0; ox < lo; ox++) put(ct, col, base + ox, 0);
-            for (int64_t ox = hi; ox < q->ow; ox++) put(ct, col, base + ox, 0);
+            memset(cols + (size_t)base * csz, 0, (size_t)lo * csz);
+            memset(cols + (size_t)(base + hi) * csz, 0, (size_t)(q->ow - hi) * csz);
             const int64_t row = ch * xs[1] + y * xs[2], x0 = lo * q->sw - q->pw + j * q->dw;
             if (dtype == CD_f32) {
                 const float *src = (const float *)x + row + x0 * xs[3];
                 float *dst = (float *)col + base;
                 const int64_t step = q->sw * xs[3];
-                for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[(ox - lo) * step];
+                if (step == 1) memcpy(dst + lo, src, (size_t)(hi - lo) * sizeof(float));
+                else for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[(ox - lo) * step];
             } else {
                 for (int64_t ox = lo; ox < hi; ox++)
                     put(ct, col, base + ox, load(dtype, x, row + (x0 + (ox - lo) * q->sw) * xs[3]));
@@ -120,14 +123,20 @@ static int conv_task(void *vctx, int64_t begin, int64_t end) {
     const int csz = cd_dtype_size(c->ct), isz = cd_dtype_size(c->dtype);
     const int64_t cin_g = q->cin / q->groups, cout_g = q->cout / q->groups, K = cin_g * q->kh * q->kw,
                   N = q->oh * q->ow;
-    char *col = cd_scratch(K * N * csz + 64);
+    /* A pointwise (1x1, stride 1, no padding) convolution reads the image in place when its
+     * pixels are contiguous: the columns are the image's planes. */
+    const int direct = q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->ph == 0 && q->pw == 0 &&
+                       c->dtype == c->ct && c->xs[3] == 1 && c->xs[2] == q->w;
+    char *col = direct ? NULL : cd_scratch(K * N * csz + 64);
     char *tmp = c->ct != c->dtype ? cd_scratch(cout_g * N * csz + 64) : NULL;
-    int rc = (!col || (c->ct != c->dtype && !tmp)) ? -1 : 0;
+    int rc = ((!direct && !col) || (c->ct != c->dtype && !tmp)) ? -1 : 0;
     for (int64_t t = begin; t < end && rc == 0; t++) { /* t = image * groups + group */
         const int64_t b = t / q->groups, g = t % q->groups;
-        im2col(c->dtype, c->ct, q, cin_g, c->xs, c->x + (b * c->xs[0] + g * cin_g * c->xs[1]) * isz, col);
+        const char *image = c->x + (b * c->xs[0] + g * cin_g * c->xs[1]) * isz;
+        if (!direct) im2col(c->dtype, c->ct, q, cin_g, c->xs, image, col);
         char *dst = c->out + ((b * q->cout + g * cout_g) * N) * isz;
-        rc = cd_gemm(c->ct, cout_g, N, K, c->wmat + g * cout_g * K * csz, K, 1, col, N, 1, tmp ? tmp : dst, N);
+        rc = cd_gemm(c->ct, cout_g, N, K, c->wmat + g * cout_g * K * csz, K, 1, direct ? image : col,
+                     direct ? c->xs[1] : N, 1, tmp ? tmp : dst, N);
         if (rc == 0 && tmp) store_out(c->dtype, tmp, dst, cout_g * N);
     }
     cd_scratch_free(col);
@@ -193,12 +202,18 @@ static int run_conv(int32_t dtype, const int64_t *p, const int64_t *lay, const v
     if (q.b == 0 || q.cout == 0 || q.oh * q.ow == 0) return 0;
     const int64_t wshape[4] = {transposed ? q.cin : q.cout, transposed ? q.cout / q.groups : q.cin / q.groups, q.kh,
                                q.kw};
-    char *wmat = cd_scratch(wshape[0] * wshape[1] * q.kh * q.kw * csz + 64);
-    if (!wmat) return -1;
-    pack4(dtype, ct, vw, lay + 4, wshape, wmat);
-    conv_ctx c = {dtype, ct, &q, lay, vx, wmat, vout};
+    /* Contiguous weights of the compute type are used in place (a model's weights, every call). */
+    const int64_t *ws = lay + 4;
+    const int contiguous = ws[3] == 1 && ws[2] == q.kw && ws[1] == q.kh * q.kw && ws[0] == wshape[1] * q.kh * q.kw;
+    char *packed = NULL;
+    if (dtype != ct || !contiguous) {
+        packed = cd_scratch(wshape[0] * wshape[1] * q.kh * q.kw * csz + 64);
+        if (!packed) return -1;
+        pack4(dtype, ct, vw, ws, wshape, packed);
+    }
+    conv_ctx c = {dtype, ct, &q, lay, vx, packed ? packed : vw, vout};
     int rc = cd_parallel_for(q.b * q.groups, 1, transposed ? convt_task : conv_task, &c);
-    cd_scratch_free(wmat);
+    cd_scratch_free(packed);
     return rc;
 }
 
