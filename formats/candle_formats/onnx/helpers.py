@@ -19,7 +19,7 @@ def host(t) -> np.ndarray:
 
 def ints(t) -> list[int]:
     """A shape-like input (axes, sizes, pads...) as Python ints."""
-    return [int(v) for v in np.asarray(host(t)).reshape(-1)]
+    return np.asarray(host(t)).astype(np.int64, copy=False).reshape(-1).tolist()
 
 
 def scalar(t):
