@@ -25,7 +25,7 @@ import harness  # before numpy: pins thread pools
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "onnx"))
-from real_models import MODELS  # noqa: E402
+from real_models import MODELS, onnxruntime_session  # noqa: E402
 
 
 def main() -> int:
@@ -56,9 +56,7 @@ def main() -> int:
         ours = InferenceSession(path)
         runners = {"candle": lambda s=ours: s.run(None, feeds)}
         if onnxruntime is not None:
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = args.threads
-            ort = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            ort = onnxruntime_session(path, args.threads)
             runners["ort"] = lambda s=ort: s.run(None, feeds)
         times = harness.interleaved(runners, args.reps, target=0.1)
         ms = {k: harness.median(v) * 1e3 for k, v in times.items()}

@@ -65,6 +65,15 @@ MODELS = [
 ]
 
 
+def onnxruntime_session(path: Path, threads: int):
+    """onnxruntime's CPU session for a model (onnxruntime is imported here only: fixtures and benchmarks)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
 def relative_error(ours: np.ndarray, ref: np.ndarray) -> float:
     """max |ours - ref| over max |ref|: an error relative to the output's scale."""
     scale = float(np.abs(ref).max()) or 1.0
