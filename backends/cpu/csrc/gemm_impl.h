@@ -29,9 +29,10 @@
 #include "gemm.h"
 #include "internal.h"
 
-/* Per-thread buffers for packed blocks (slot 0: A, slot 1: B), kept between
- * calls (small products are frequent) and freed when the thread exits. */
-enum { BUF_A, BUF_B, BUF_SLOTS };
+/* Per-thread buffers for packed blocks (A, the shared B block, a B panel packed
+ * by its task), kept between calls (small products are frequent) and freed
+ * when the thread exits. */
+enum { BUF_A, BUF_B, BUF_PANEL, BUF_SLOTS };
 static pthread_key_t buf_key;
 static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
 
@@ -334,6 +335,7 @@ static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
         int64_t j0, nc, p0, kc; /* the current block */                                                \
         T *bpack;                                                                                      \
         int64_t ntasks, pack_tasks, split_rows;                                                        \
+        int own_panels; /* each task packs the B panels of its own columns as it reaches them */       \
         blocking blk;                                                                                  \
         void (*pack_a)(const void *, int64_t, int64_t, int64_t, int64_t, T *);                         \
         void (*pack_b)(const void *, int64_t, int64_t, int64_t, int64_t, T *);                         \
@@ -363,7 +365,8 @@ static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
         const int64_t mpanels = (d->m + MR - 1) / MR, npanels = (d->nc + NR - 1) / NR;                 \
         const int64_t MC = d->blk.mc;                                                                  \
         T *apack = thread_buffer(BUF_A, MC * d->kc * (int64_t)sizeof(T));                              \
-        if (!apack) return -1;                                                                         \
+        T *panel = d->own_panels ? thread_buffer(BUF_PANEL, NR * d->kc * (int64_t)sizeof(T)) : NULL;   \
+        if (!apack || (d->own_panels && !panel)) return -1;                                            \
         for (int64_t t = begin; t < end; t++) {                                                        \
             int64_t r0 = 0, r1 = mpanels, c0 = 0, c1 = npanels;                                        \
             if (d->split_rows) range_##T(mpanels, d->ntasks, t, &r0, &r1);                             \
@@ -375,7 +378,12 @@ static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
                           apack);                                                              \
                 for (int64_t j = c0 * NR; j < col_end; j += NR) {                                      \
                     int nr = (int)CD_MIN(NR, col_end - j);                                             \
-                    const T *bp = d->bpack + j * d->kc;                                                \
+                    const T *bp = panel;                                                               \
+                    if (panel)                                                                         \
+                        d->pack_b(d->b + (d->p0 * d->brs + (d->j0 + j) * d->bcs) * d->isz, d->brs,     \
+                                  d->bcs, d->kc, nr, panel);                                           \
+                    else                                                                               \
+                        bp = d->bpack + j * d->kc;                                                     \
                     for (int64_t ir = 0; ir < mc; ir += MR) {                                          \
                         int mr = (int)CD_MIN(MR, mc - ir);                                             \
                         MICRO(d->kc, apack + ir * d->kc, bp, d->c + (i0 + ir) * d->ldc + d->j0 + j,    \
@@ -396,8 +404,11 @@ static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
         const int64_t NC = blk_##T.nc;                                                                 \
         d->blk = blk_##T;                                                                              \
         int64_t kc_max = CD_MIN(KC, k), nc_max = CD_MIN(NC, (n + NR - 1) / NR * NR);                   \
-        d->bpack = thread_buffer(BUF_B, kc_max * nc_max * (int64_t)sizeof(T));                         \
-        if (!d->bpack) return -1;                                                                      \
+        /* Rows that fit one MC block use each B panel once: packed by the task that uses it, it      \
+         * stays in L1 instead of going to memory and back (the small-M products of short batches). */ \
+        d->own_panels = d->m <= d->blk.mc;                                                             \
+        d->bpack = d->own_panels ? NULL : thread_buffer(BUF_B, kc_max * nc_max * (int64_t)sizeof(T));  \
+        if (!d->own_panels && !d->bpack) return -1;                                                    \
         int rc = 0;                                                                                    \
         for (d->j0 = 0; d->j0 < n && rc == 0; d->j0 += NC) {                                           \
             d->nc = CD_MIN(NC, n - d->j0);                                                             \
@@ -409,7 +420,7 @@ static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
                 d->split_rows = mpanels >= 2 * tasks || mpanels >= npanels;                            \
                 d->ntasks = CD_MAX(1, CD_MIN(tasks, d->split_rows ? mpanels : npanels));               \
                 d->pack_tasks = CD_MAX(1, CD_MIN(d->ntasks, npanels));                                 \
-                rc = cd_parallel_for(d->pack_tasks, 1, packb_task_##T, d);                             \
+                if (!d->own_panels) rc = cd_parallel_for(d->pack_tasks, 1, packb_task_##T, d);         \
                 if (rc == 0) rc = cd_parallel_for(d->ntasks, 1, compute_task_##T, d);                  \
             }                                                                                          \
         }                                                                                              \
