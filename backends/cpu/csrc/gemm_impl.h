@@ -19,7 +19,8 @@
  * Blocking follows BLIS: for each NC-wide block of columns and KC-deep slice
  * of K, B is packed into NR-wide panels (shared by all threads); each thread
  * then packs MC-row blocks of A into MR-row panels and runs the microkernel
- * over its share of the tiles. Threads split M or N, never K, so every element
+ * over its share of the tiles. When all rows fit one MC block, each B panel
+ * is used once, so each task packs the panels it uses just before using them. Threads split M or N, never K, so every element
  * of C is computed by the same sequence of operations whatever the thread
  * count. Rows or columns of one (m == 1 or n == 1) take a GEMV path that
  * streams the matrix without packing it. */
