@@ -36,6 +36,12 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     lb = lb.broadcast_as(batch + (k, n))
     lay = Layout.contig(batch + (m, n))
     out = dev.backend.alloc(lay.numel * dtype.itemsize)
+    if batch and not any(lb.strides[:-2]):
+        # One right operand for every batch (x @ weight): the batches stacked as rows make one product
+        # with a taller left operand, which the kernel blocks better than many short ones.
+        rows = la.reshape((lay.numel // n, k)) if n else None
+        if rows is not None:
+            la, lb = rows, Layout(lb.shape[-2:], lb.strides[-2:], lb.offset)
     if lay.numel:
         kernel(dev, "matmul", dtype)(out, a._storage, la, b._storage, lb)
     result = make(out, lay, dtype, dev)
