@@ -582,23 +582,25 @@ op("embedding", lambda table, ids: F.embedding(ids, table), lambda table, ids: t
 
 # Convolutions, pooling, resampling.
 def _conv_samples(transposed, one_d):
-    # (kernel height, width), then the keyword arguments; 1x1 is the pointwise fast path.
-    configs = [((3, 2), dict(padding=0, stride=1, dilation=1, groups=1)),
-               ((3, 2), dict(padding=1, stride=2, dilation=1, groups=1)),
-               ((3, 2), dict(padding=2, stride=1, dilation=2, groups=1)),
-               ((3, 2), dict(padding=1, stride=1, dilation=1, groups=2)),
-               ((1, 1), dict(padding=0, stride=1, dilation=1, groups=2))]
+    # (kernel height, width), output channels, then the keyword arguments (4 input channels);
+    # 1x1 is the pointwise fast path, 4 groups of one channel the depthwise one.
+    configs = [((3, 2), 6, dict(padding=0, stride=1, dilation=1, groups=1)),
+               ((3, 2), 6, dict(padding=1, stride=2, dilation=1, groups=1)),
+               ((3, 2), 6, dict(padding=2, stride=1, dilation=2, groups=1)),
+               ((3, 2), 6, dict(padding=1, stride=1, dilation=1, groups=2)),
+               ((1, 1), 6, dict(padding=0, stride=1, dilation=1, groups=2)),
+               ((3, 2), 4, dict(padding=1, stride=2, dilation=1, groups=4))]
 
     def gen(rng, dtype, layout):
         out = []
         batch = 0 if layout == "empty" else 2
-        for (k, k2), cfg in configs:
+        for (k, k2), cout, cfg in configs:
             if transposed:
-                w_shape = (4, 6 // cfg["groups"], k) if one_d else (4, 6 // cfg["groups"], k, k2)
+                w_shape = (4, cout // cfg["groups"], k) if one_d else (4, cout // cfg["groups"], k, k2)
                 x_shape = (batch, 4, 7) if one_d else (batch, 4, 5, 6)
                 kw = dict(cfg, output_padding=1 if cfg["stride"] > 1 else 0)
             else:
-                w_shape = (6, 4 // cfg["groups"], k) if one_d else (6, 4 // cfg["groups"], k, k2)
+                w_shape = (cout, 4 // cfg["groups"], k) if one_d else (cout, 4 // cfg["groups"], k, k2)
                 x_shape = (batch, 4, 9) if one_d else (batch, 4, 7, 8)
                 kw = cfg
             out.append(Sample([values(rng, dtype, x_shape, -1, 1), values(rng, dtype, w_shape, -1, 1)], dict(kw)))

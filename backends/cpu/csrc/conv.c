@@ -107,6 +107,30 @@ static void im2col(int dtype, int ct, const conv_params *q, int64_t cin_g, const
     }
 }
 
+/* Depthwise (one input and one output channel per group), f32: taps accumulate straight into the
+ * output plane, row by row, instead of an im2col and a one-row GEMM per channel. */
+static void depthwise_f32(const conv_params *q, const int64_t *xs, const float *x, const float *w, float *out) {
+    memset(out, 0, (size_t)(q->oh * q->ow) * sizeof(float));
+    for (int64_t i = 0; i < q->kh; i++)
+        for (int64_t j = 0; j < q->kw; j++) {
+            const float wv = w[i * q->kw + j];
+            int64_t lo, hi;
+            valid_cols(q, j * q->dw - q->pw, &lo, &hi);
+            if (lo >= hi) continue;
+            const int64_t step = q->sw * xs[3];
+            for (int64_t oy = 0; oy < q->oh; oy++) {
+                const int64_t y = oy * q->sh - q->ph + i * q->dh;
+                if (y < 0 || y >= q->h) continue;
+                const float *src = x + y * xs[2] + (lo * q->sw - q->pw + j * q->dw) * xs[3];
+                float *dst = out + oy * q->ow;
+                if (step == 1)
+                    for (int64_t ox = lo; ox < hi; ox++) dst[ox] += wv * src[ox - lo];
+                else
+                    for (int64_t ox = lo; ox < hi; ox++) dst[ox] += wv * src[(ox - lo) * step];
+            }
+        }
+}
+
 /* ---- forward -------------------------------------------------------------------------------- */
 typedef struct {
     int dtype, ct;
@@ -127,6 +151,14 @@ static int conv_task(void *vctx, int64_t begin, int64_t end) {
      * pixels are contiguous: the columns are the image's planes. */
     const int direct = q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->ph == 0 && q->pw == 0 &&
                        c->dtype == c->ct && c->xs[3] == 1 && c->xs[2] == q->w;
+    if (c->dtype == CD_f32 && cin_g == 1 && cout_g == 1) {
+        for (int64_t t = begin; t < end; t++) { /* t = image * channels + channel */
+            const int64_t b = t / q->groups, g = t % q->groups;
+            depthwise_f32(q, c->xs, (const float *)c->x + b * c->xs[0] + g * c->xs[1],
+                          (const float *)c->wmat + g * K, (float *)c->out + (b * q->cout + g) * N);
+        }
+        return 0;
+    }
     char *col = direct ? NULL : cd_scratch(K * N * csz + 64);
     char *tmp = c->ct != c->dtype ? cd_scratch(cout_g * N * csz + 64) : NULL;
     int rc = ((!direct && !col) || (c->ct != c->dtype && !tmp)) ? -1 : 0;

@@ -8,7 +8,7 @@ from functools import reduce
 import candle_api as c
 from candle_api.ops import elementwise as ew
 
-from .helpers import bit_and, bool_, const, floor_div, full, ints
+from .helpers import bit_and, bool_, const, floor_div, full, ints, scalar
 from .ops_cast import wrap_int
 from .registry import op
 
@@ -129,6 +129,10 @@ def clip_v6(node, x):
 
 @op("Clip", since=11)
 def clip(node, x, lo=None, hi=None):
+    if x.dtype.is_float:  # one clamp kernel with the bounds read on the host, not two broadcast binaries
+        low, high = -math.inf if lo is None else scalar(lo), math.inf if hi is None else scalar(hi)
+        if not (math.isnan(low) or math.isnan(high)):
+            return x.clamp(min(low, high), high)  # min(max(x, low), high): high wins when low > high
     if lo is not None:
         x = x.maximum(lo.to_dtype(x.dtype).reshape(()))
     if hi is not None:
