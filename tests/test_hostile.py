@@ -129,6 +129,12 @@ def test_huge_allocation_is_a_memory_error_not_a_crash():
         c.empty(2**44, dtype="f64")
     with pytest.raises(MemoryError):
         c.zeros(1 << 22, 1 << 22)
+    # sizes past 2^64 bytes would reach the C allocator wrapped to a few bytes
+    with pytest.raises(MemoryError):
+        c.zeros(1 << 62, 4)
+    column, row = c.ones((1, 1)).broadcast_as((1 << 40, 1)), c.ones((1, 1)).broadcast_as((1, 1 << 40))
+    with pytest.raises(MemoryError):
+        column * row  # views of one element: only the 2^80-element result is allocated
 
 
 def test_concat_and_stack_mismatches():

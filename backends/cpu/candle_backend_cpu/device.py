@@ -17,6 +17,8 @@ from . import library
 SMALL_BLOCK = 1024
 _FREE_LISTS = {cap: [] for cap in range(64, SMALL_BLOCK + 1, 64)}
 _FREE_LIST_DEPTH = 256
+#: no allocation reaches this size (2^62 bytes): the check keeps sizes within what ctypes passes intact
+MAX_BYTES = 1 << 62
 
 
 class CpuStorage:
@@ -64,6 +66,8 @@ class CpuDevice:
         free_lists = _FREE_LISTS
 
         def alloc_storage(nbytes: int) -> CpuStorage:
+            if nbytes >= MAX_BYTES:  # ctypes would wrap the size silently: a tiny buffer behind a huge shape
+                raise MemoryError(f"cannot allocate {nbytes} bytes")
             cap = (nbytes + 63) & -64 or 64
             free_list = free_lists.get(cap)
             ptr = 0
