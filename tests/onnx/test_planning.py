@@ -55,6 +55,50 @@ def test_intermediates_are_freed_after_their_last_reader():
     assert m.plan.peak_live == 3  # a, b and c while Add runs; never x with them
 
 
+def _flatten_batch_model(extra_outputs=()):
+    """y = x reshaped to (x.shape[0] * x.shape[1], -1), the shape computed in the graph as exporters do."""
+    i64 = TensorProto.INT64
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+             numpy_helper.from_array(np.array([-1], np.int64), "rest")]
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["b"]), helper.make_node("Gather", ["shape", "one"], ["t"]),
+             helper.make_node("Mul", ["b", "t"], ["bt"]), helper.make_node("Unsqueeze", ["bt", "axis0"], ["bt1"]),
+             helper.make_node("Concat", ["bt1", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, None)],
+                              [helper.make_tensor_value_info("y", F, None)] +
+                              [helper.make_tensor_value_info(n, i64, None) for n in extra_outputs], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shape_arithmetic_runs_on_the_host():
+    m = ONNXModel(_flatten_batch_model(), check=False)
+    on_host = [s.node.op_type for s in m.plan.steps if all(isinstance(o, tuple) for o in s.outputs)]
+    assert on_host == ["Shape", "Gather", "Gather", "Mul", "Unsqueeze", "Concat"]
+    reshape = m.plan.steps[-1]
+    assert reshape.node.op_type == "Reshape" and isinstance(reshape.inputs[1], tuple)  # reads the host value
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    np.testing.assert_array_equal(m.run_numpy({"x": x})[0], x.reshape(6, 4))
+    x = np.arange(10, dtype=np.float32).reshape(5, 1, 2)  # other shapes, same plan
+    np.testing.assert_array_equal(m.run_numpy({"x": x})[0], x.reshape(5, 2))
+
+
+def test_host_values_become_tensors_where_read_as_outputs():
+    m = ONNXModel(_flatten_batch_model(extra_outputs=("target", "bt")), check=False)
+    y, target, bt = m.run_numpy({"x": np.zeros((2, 3, 4), np.float32)})
+    assert target.dtype == np.int64 and target.tolist() == [6, -1]
+    assert bt.shape == () and int(bt) == 6
+
+
+def test_host_gather_out_of_range_names_the_node():
+    model_ = _flatten_batch_model()
+    model_.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.array(5, np.int64), "one"))
+    m = ONNXModel(model_, check=False)
+    with pytest.raises(NodeError, match="Gather.*out of range"):
+        m.run_numpy({"x": np.zeros((2, 3, 4), np.float32)})
+
+
 def test_the_plan_is_made_once_and_reused():
     m = ONNXModel(model([helper.make_node("Relu", ["x"], ["y"])], ["x"], ["y"]), check=False)
     plan, steps = m.plan, list(m.plan.steps)

@@ -13,8 +13,8 @@ from .dtypes import OnnxType, boundary_array, from_numpy_dtype, storage_array
 
 
 def host(t) -> np.ndarray:
-    """The tensor's values on the host (a view on cpu)."""
-    return t.numpy()
+    """The tensor's values on the host (a view on cpu); host values (see host_shapes.py) as they are."""
+    return t if isinstance(t, np.ndarray) else t.numpy()
 
 
 def ints(t) -> list[int]:

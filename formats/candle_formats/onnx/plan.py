@@ -22,6 +22,7 @@ from onnx import AttributeProto, GraphProto, NodeProto
 from .dtypes import UnsupportedTypeError, onnx_type
 from .errors import NodeError, UnsupportedNodeError
 from .functions import body_opsets, inline, schema_function
+from .host_shapes import hoist
 from .registry import MS_DOMAIN, Node, canonical_domain, resolve
 
 
@@ -139,6 +140,7 @@ class Compiler:
                 steps.append(step)
         outputs = [vi.name for vi in graph.output]
         steps = _live_steps(steps, outputs)
+        steps, host_constants, host_keys = hoist(steps, constants, outputs, Step)
         needed = {n for s in steps for n in s.reads} | set(outputs)
         constants = {n: v for n, v in constants.items() if n in needed}
         local = set(feeds) | set(defaults) | set(constants) | {n for s in steps for n in s.outputs}
@@ -146,7 +148,8 @@ class Compiler:
         missing = [n for n in captures if n not in outer]
         if missing:
             raise NodeError(graph.name, "Graph", "", None, f"values {missing} are never produced")
-        _mark_frees(steps, set(outputs) | set(constants) | set(captures))
+        constants.update(host_constants)
+        _mark_frees(steps, set(outputs) | set(constants) | set(captures) | host_keys)
         return Plan(feeds, outputs, constants, defaults, steps, captures, types)
 
     # ---- nodes ----
