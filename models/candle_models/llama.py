@@ -317,7 +317,7 @@ class LlamaForCausalLM(nn.Module):
             from .config import load_config
             from .weights import var_builder
 
-            config = LlamaConfig.from_dict(load_config(path))
+            config = LlamaConfig.from_dict(load_config(path if path.is_dir() else path.parent))
             vb = var_builder(Path(path), dtype, device)
         if progress is not None:
             progress.total = config.num_hidden_layers

@@ -187,10 +187,10 @@ class Tokenizer:
         end-of-sequence ids) when present."""
         folder = Path(folder)
         path = folder / "tokenizer.json"
+        if not path.is_file():
+            raise FormatError(path, None, "the model folder has no tokenizer.json")
         try:
             inner = tokenizers.Tokenizer.from_file(str(path))
-        except FileNotFoundError:
-            raise FormatError(path, None, "the model folder has no tokenizer.json") from None
         except Exception as exc:  # tokenizers raises a plain Exception for malformed files
             raise FormatError(path, None, f"not a valid tokenizer.json: {exc}") from None
         config = _read_json(folder / "tokenizer_config.json")
@@ -218,7 +218,7 @@ class Tokenizer:
         gguf = find_gguf(path)
         if gguf is not None:
             return cls.from_gguf_metadata(c.load(str(gguf)).metadata)
-        return cls.from_folder(path)
+        return cls.from_folder(path if path.is_dir() else path.parent)  # a weight file: its folder
 
     # ---- text <-> ids ------------------------------------------------------------------------------
     @property

@@ -174,6 +174,9 @@ def test_cli_raw_prompt_on_a_safetensors_folder(capsys, tmp_path):
     assert code == 0 and len(out) == 21 and "20 tokens generated" in err and "(length)" in err
     assert generate_cli(capsys, "--model", str(folder), "--raw", "--seed", "1", "--max-tokens", "20",
                         "hello")[1] == out
+    # a weight file stands for its folder
+    assert generate_cli(capsys, "--model", str(folder / "model.safetensors"), "--raw", "--seed", "1",
+                        "--max-tokens", "20", "hello")[1] == out
 
 
 def test_cli_errors_are_one_line(capsys, tmp_path):
