@@ -7,8 +7,9 @@ run (interleaved repetitions, 1 and 2 threads):
   (the faster of its two attentions) on 2 threads.
 - SmolLM2-135M-Instruct decode tokens/s (greedy, KV cache, 64 tokens after
   a chat prompt) from its Q4_1 GGUF, against transformers' LlamaForCausalLM
-  loaded from the same GGUF (both dequantize to f32 at load). Reported, with
-  the ratio; no target yet (quantized matmul is a later issue).
+  loaded from the same GGUF (both dequantize to f32 at load), and candle-api
+  with the weights in bf16. Reported, with the ratios; no target yet
+  (quantized matmul is a later issue).
 
     python benchmarks/models.py
 
@@ -118,9 +119,9 @@ def minilm_embeddings_per_second(threads: int) -> dict:
     return result
 
 
-def candle_decode(path, prompt_ids):
+def candle_decode(path, prompt_ids, dtype="f32"):
     """A run: (decode seconds, tokens) of a greedy generation."""
-    model = LlamaForCausalLM.from_pretrained(path)
+    model = LlamaForCausalLM.from_pretrained(path, dtype=dtype)
 
     def run():
         stats = GenerationStats()
@@ -159,7 +160,7 @@ def smollm2_decode_tokens_per_second(threads: int) -> dict:
     torch, path = _torch(), default_model("generate")
     prompt_ids = Tokenizer.from_pretrained(path).encode_chat(PROMPT)
     c.utils.set_num_threads(threads)
-    variants = {"candle-api": candle_decode(path, prompt_ids)}
+    variants = {"candle-api": candle_decode(path, prompt_ids), "candle-api bf16": candle_decode(path, prompt_ids, "bf16")}
     if torch is not None:
         torch.set_num_threads(threads)
         variants["transformers"] = torch_decode(torch, path, prompt_ids)
@@ -171,10 +172,11 @@ def smollm2_decode_tokens_per_second(threads: int) -> dict:
     if torch is not None:
         result["same tokens"] = runs["candle-api"][0][1][1] == runs["transformers"][0][1][1]
         result["ratio"] = result["candle-api"] / result["transformers"]
+        result["bf16 ratio"] = result["candle-api bf16"] / result["transformers"]
     return result
 
 
-EXTRAS = ("spread %", "max |diff|", "ratio", "same tokens")
+EXTRAS = ("spread %", "max |diff|", "ratio", "bf16 ratio", "same tokens")
 
 
 def _line(threads: int, r: dict, unit: str) -> str:
@@ -197,13 +199,14 @@ def main() -> int:
                   f"vectors agree to {r['max |diff|']:.1e}")
             if not ok:
                 misses.append(f"MiniLM {threads} thread(s): {r['ratio']:.2f}x")
-    harness.header(f"SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to f32) greedy decode tokens/s, "
+    harness.header(f"SmolLM2-135M-Instruct (GGUF Q4_1, dequantized at load) greedy decode tokens/s, "
                    f"{DECODE_TOKENS} tokens")
     for threads in (1, 2):
         r = smollm2_decode_tokens_per_second(threads)
         print(_line(threads, r, " tok/s"))
         if "ratio" in r:
-            print(f"  candle-api / transformers: {r['ratio']:.2f}x, same tokens: {r['same tokens']}")
+            print(f"  candle-api / transformers: {r['ratio']:.2f}x (f32, same tokens: {r['same tokens']}), "
+                  f"{r['bf16 ratio']:.2f}x with bf16 weights")
     if _torch() is None:
         print("target not judged: no PyTorch baseline in this environment")
         return 0

@@ -469,7 +469,13 @@ def _matmul_samples(rng, dtype, layout):
                  ((37, 53), (53, 70)), ((3, 20, 33), (3, 33, 17)), ((1, 40), (40, 33)), ((29, 18), (18, 1))]
         if layout == "broadcast":
             pairs += [((2, 1, 3, 4), (3, 4, 5)), ((4, 3), (2, 3, 5)), ((4,), (4, 3)), ((2, 3, 4), (4,))]
-    return [Sample([values(rng, dt, a, lo, hi), values(rng, dt, b, lo, hi)]) for a, b in pairs]
+    samples = [Sample([values(rng, dt, a, lo, hi), values(rng, dt, b, lo, hi)]) for a, b in pairs]
+    if layout != "empty":
+        # a row long enough for the GEMV's K slices on two threads; positive, so that 600 terms do not
+        # cancel into a result smaller than their rounding errors
+        lo, hi = (0.0, 1.0) if dt.is_float else (lo, hi)
+        samples.append(Sample([values(rng, dt, (1, 600), lo, hi), values(rng, dt, (600, 300), lo, hi)]))
+    return samples
 
 
 op("matmul", lambda a, b: a @ b,

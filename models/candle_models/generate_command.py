@@ -28,7 +28,8 @@ def main(args) -> int:
         model_path = args.model if args.model is not None else default_model("generate")
         with Progress(0, "loading") as progress:
             tokenizer = Tokenizer.from_pretrained(model_path)
-            model = LlamaForCausalLM.from_pretrained(model_path, device=args.device, progress=progress)
+            model = LlamaForCausalLM.from_pretrained(model_path, dtype=args.dtype, device=args.device,
+                                                     progress=progress)
         if not args.raw and tokenizer.chat_template is None:
             return _fail("the model has no chat template: pass --raw to continue the prompt as plain text")
         stats = GenerationStats()

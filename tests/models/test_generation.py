@@ -140,8 +140,9 @@ def generate_cli(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_cli_streams_the_answer_and_the_speed(capsys, smollm2_tokenizer):
-    code, out, err = generate_cli(capsys, "--temperature", "0", "--max-tokens", "24",
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_cli_streams_the_answer_and_the_speed(capsys, smollm2_tokenizer, dtype):
+    code, out, err = generate_cli(capsys, "--temperature", "0", "--max-tokens", "24", "--dtype", dtype,
                                   "What is the capital of France?")
     assert code == 0
     assert "Paris" in out
@@ -193,5 +194,5 @@ def test_cli_help_explains_every_option(capsys):
         main(["generate", "--help"])
     out = capsys.readouterr().out
     for option in ("--model", "--max-tokens", "--temperature", "--top-k", "--top-p", "--repeat-penalty",
-                   "--repeat-last-n", "--seed", "--raw", "--system", "--device"):
+                   "--repeat-last-n", "--seed", "--raw", "--system", "--device", "--dtype"):
         assert option in out

@@ -23,7 +23,8 @@
  * is used once, so each task packs the panels it uses just before using them. Threads split M or N, never K, so every element
  * of C is computed by the same sequence of operations whatever the thread
  * count. Rows or columns of one (m == 1 or n == 1) take a GEMV path that
- * streams the matrix without packing it. */
+ * streams the matrix without packing it (f32, f64, and bf16 for a row times
+ * a row-major matrix: LLM decoding). */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -215,6 +216,33 @@ GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
 GEN_GEMV(float)
 GEN_GEMV(double)
 
+/* bf16 rows widened to f32 as they stream (a 16-bit shift), accumulated in f32:
+ * decoding with bf16 weights reads half the bytes of f32 ones. */
+#define AXPY8_BF16(j0, j1)                                                                           \
+    _Pragma("omp simd")                                                                              \
+    for (int64_t j = j0; j < j1; j++)                                                                \
+        y[j] += w[0] * cd_bf16_to_f32(r[j]) + w[1] * cd_bf16_to_f32(r[ms + j]) +                     \
+                w[2] * cd_bf16_to_f32(r[2 * ms + j]) + w[3] * cd_bf16_to_f32(r[3 * ms + j]) +        \
+                w[4] * cd_bf16_to_f32(r[4 * ms + j]) + w[5] * cd_bf16_to_f32(r[5 * ms + j]) +        \
+                w[6] * cd_bf16_to_f32(r[6 * ms + j]) + w[7] * cd_bf16_to_f32(r[7 * ms + j]);
+static void axpy_rows_bf16(int64_t n, const uint16_t *x, int64_t xs, const uint16_t *m, int64_t ms, int64_t k,
+                           float *y) {
+    for (int64_t j = 0; j < n; j++) y[j] = 0;
+    int64_t p = 0;
+    for (; p + 8 <= k; p += 8) {
+        const uint16_t *r = m + p * ms;
+        float w[8];
+        for (int i = 0; i < 8; i++) w[i] = cd_bf16_to_f32(x[(p + i) * xs]);
+        AXPY8_BF16(0, n)
+    }
+    for (; p < k; p++) {
+        const float xp = cd_bf16_to_f32(x[p * xs]);
+        const uint16_t *mp = m + p * ms;
+        _Pragma("omp simd")
+        for (int64_t j = 0; j < n; j++) y[j] += xp * cd_bf16_to_f32(mp[j]);
+    }
+}
+
 /* The axpy form splits K into fixed slices of GEMV_KSLICE rows, each summed
  * into its own partial row and the partials added in slice order: a thread
  * then streams whole rows of M (contiguous memory, which the prefetchers
@@ -223,7 +251,7 @@ GEN_GEMV(double)
 #define GEMV_KSLICE 512
 
 typedef struct {
-    int esz, dot_form;
+    int esz, dot_form; /* esz: bytes per input element; 2 means bf16 in, f32 out (axpy form only) */
     int64_t n, k;
     const char *x, *m;
     int64_t xs, ms;     /* x stride; stride between M's rows (axpy) or vectors (dot) */
@@ -233,6 +261,9 @@ typedef struct {
     int64_t kparts;     /* K slices (axpy form) */
     char *partial;      /* kparts rows of n partial sums, when kparts > 1 */
 } gemv_ctx;
+
+/* Bytes per output (and partial sum) element. */
+static int out_size(const gemv_ctx *g) { return g->esz == 2 ? 4 : g->esz; }
 
 static void gemv_cols(const gemv_ctx *g, int64_t t, int64_t *j0, int64_t *j1) {
     *j0 = (g->n * t / g->parts) & ~(int64_t)63;
@@ -255,8 +286,11 @@ static int gemv_task(void *vctx, int64_t begin, int64_t end) {
             continue;
         }
         int64_t slice = g->kparts > 1 ? GEMV_KSLICE : g->k, p0 = kp * slice, rows = CD_MIN(g->k, p0 + slice) - p0;
-        char *y = g->kparts > 1 ? g->partial + kp * g->n * g->esz : g->y;
-        if (g->esz == 4)
+        char *y = g->kparts > 1 ? g->partial + kp * g->n * out_size(g) : g->y;
+        if (g->esz == 2)
+            axpy_rows_bf16(j1 - j0, (const uint16_t *)g->x + p0 * g->xs, g->xs,
+                           (const uint16_t *)g->m + p0 * g->ms + j0, g->ms, rows, (float *)y + j0);
+        else if (g->esz == 4)
             axpy_rows_float(j1 - j0, (const float *)g->x + p0 * g->xs, g->xs, (const float *)g->m + p0 * g->ms + j0,
                             g->ms, rows, (float *)y + j0);
         else
@@ -270,8 +304,8 @@ static int gemv_task(void *vctx, int64_t begin, int64_t end) {
 static int gemv_sum_task(void *vctx, int64_t begin, int64_t end) {
     const gemv_ctx *g = vctx;
     for (int64_t kp = 0; kp < g->kparts; kp++) {
-        const char *src = g->partial + kp * g->n * g->esz;
-        if (g->esz == 4) {
+        const char *src = g->partial + kp * g->n * out_size(g);
+        if (out_size(g) == 4) {
             float *y = (float *)g->y;
             const float *v = (const float *)src;
             if (kp == 0) memcpy(y + begin, v + begin, (size_t)(end - begin) * 4);
@@ -286,10 +320,12 @@ static int gemv_sum_task(void *vctx, int64_t begin, int64_t end) {
     return 0;
 }
 
-/* Tries the GEMV forms; returns 1 when it handled the product. */
+/* Tries the GEMV forms; returns 1 when it handled the product. esz 2: bf16
+ * operands and an f32 c, the axpy form only. */
 static int try_gemv(int esz, int64_t m, int64_t n, int64_t k, const char *a, int64_t ars, int64_t acs,
                     const char *b, int64_t brs, int64_t bcs, char *c, int64_t ldc, int *rc) {
     gemv_ctx g;
+    if (esz == 2 && !(m == 1 && bcs == 1)) return 0;
     if (m == 1 && bcs == 1) /* c = a @ B, B's rows contiguous */
         g = (gemv_ctx){esz, 0, n, k, a, b, acs, brs, c, 1, 0, 1, NULL};
     else if (m == 1 && brs == 1 && acs == 1) /* c[j] = a . B[:, j] */
@@ -305,7 +341,7 @@ static int try_gemv(int esz, int64_t m, int64_t n, int64_t k, const char *a, int
         *rc = cd_parallel_for(g.parts, 1, gemv_task, &g);
         return 1;
     }
-    g.partial = cd_scratch(g.kparts * g.n * esz);
+    g.partial = cd_scratch(g.kparts * g.n * out_size(&g));
     if (!g.partial) {
         *rc = -1;
         return 1;
@@ -453,8 +489,8 @@ static int gemm_entry(int32_t dtype, int64_t m, int64_t n, int64_t k, const void
         return 0;
     }
     int rc = 0;
-    if ((dtype == CD_f32 || dtype == CD_f64) &&
-        try_gemv(dtype == CD_f32 ? 4 : 8, m, n, k, a, ars, acs, b, brs, bcs, c, ldc, &rc))
+    if ((dtype == CD_f32 || dtype == CD_f64 || dtype == CD_bf16) &&
+        try_gemv(cd_dtype_size(dtype), m, n, k, a, ars, acs, b, brs, bcs, c, ldc, &rc))
         return rc;
     if (dtype == CD_f64) {
         drv_double d = {.a = a, .b = b, .isz = 8, .m = m, .ars = ars, .acs = acs, .brs = brs, .bcs = bcs,
