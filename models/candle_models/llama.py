@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -314,11 +313,10 @@ class LlamaForCausalLM(nn.Module):
             config, tensors = gguf_checkpoint(gguf)
             vb = nn.VarBuilder.from_tensors(tensors, dtype, device)
         else:
-            from .config import load_config
-            from .weights import var_builder
+            from .pretrained import load_folder
 
-            config = LlamaConfig.from_dict(load_config(path if path.is_dir() else path.parent))
-            vb = var_builder(Path(path), dtype, device)
+            _, cfg, vb = load_folder(path, dtype, device)
+            config = LlamaConfig.from_dict(cfg)
         if progress is not None:
             progress.total = config.num_hidden_layers
         with c.no_grad():

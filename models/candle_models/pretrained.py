@@ -10,7 +10,7 @@ from pathlib import Path
 from candle_api import nn
 
 from .config import load_config
-from .hub import resolve
+from .hub import model_folder, resolve
 from .weights import var_builder
 
 
@@ -19,7 +19,7 @@ def load_folder(repo_or_path: str | os.PathLike, dtype="f32", device="cpu",
     """(folder, config.json as a dict, VarBuilder over the weights) of a model.
     ``repo_or_path`` may also be a weight file inside its folder."""
     path = resolve(repo_or_path, revision=revision)
-    folder = path if path.is_dir() else path.parent
+    folder = model_folder(path)
     return folder, load_config(folder), var_builder(path, dtype, device)
 
 

@@ -211,14 +211,14 @@ class Tokenizer:
         """From a GGUF file, a model folder or a Hugging Face repo id (offline from the cache)."""
         import candle_api as c
 
-        from .hub import resolve
+        from .hub import model_folder, resolve
         from .llama_gguf import find_gguf
 
         path = resolve(repo_or_path, revision=revision)
         gguf = find_gguf(path)
         if gguf is not None:
             return cls.from_gguf_metadata(c.load(str(gguf)).metadata)
-        return cls.from_folder(path if path.is_dir() else path.parent)  # a weight file: its folder
+        return cls.from_folder(model_folder(path))
 
     # ---- text <-> ids ------------------------------------------------------------------------------
     @property

@@ -127,10 +127,10 @@ def _host_inputs(step, host: set, positions) -> None:
     step.reads = {n for n in step.inputs if isinstance(n, str) and n}
 
 
-def hoist(steps: list, constants: dict, outputs: list, step_class) -> tuple[list, dict, set]:
-    """(steps with the shape arithmetic moved to the host, the host copies of
-    the constants it reads, the keys of host values: never freed, they are a
-    few numbers each)."""
+def hoist(steps: list, constants: dict, outputs: list) -> tuple[dict, set]:
+    """Moves the shape arithmetic among the (just compiled) steps to the host, in
+    place; returns the host copies of the constants it reads and the keys of
+    host values (never freed: they are a few numbers each)."""
     host = {n for n, v in constants.items()
             if isinstance(v, c.Tensor) and v.dtype.np in INTEGER and v.numel() <= MAX_CONSTANT}
     host_steps = set()
@@ -139,7 +139,7 @@ def hoist(steps: list, constants: dict, outputs: list, step_class) -> tuple[list
             host_steps.add(i)
             host.update(n for n in step.outputs if n)
     if not host_steps:
-        return steps, {}, set()
+        return {}, set()
     for i, step in enumerate(steps):
         if i in host_steps:
             _host_inputs(step, host, range(len(step.inputs)))
@@ -149,22 +149,20 @@ def hoist(steps: list, constants: dict, outputs: list, step_class) -> tuple[list
     device_reads = {n for i, s in enumerate(steps) if i not in host_steps for n in s.reads} | set(outputs)
     host_read = {n[1] for s in steps for n in s.inputs if isinstance(n, tuple)}
     host_constants = {(HOST, n): constants[n].numpy() for n in host_read if n in constants}
-    keys, out = set(host_constants), []
-    for i, step in enumerate(steps):
-        if i not in host_steps:
-            out.append(step)
-            continue
+    keys = set(host_constants)
+    for i in host_steps:
+        step = steps[i]
         results = [n for n in step.outputs if n]
         published = [n for n in results if n in device_reads]
         keys.update((HOST, n) for n in results)
-        out.append(step_class(_runner(HOST_OPS[step.node.op_type], len(results), published, results), step.node,
-                              step.inputs, [(HOST, n) for n in results] + published, step.reads, False))
-    return out, host_constants, keys
+        step.fn = _runner(HOST_OPS[step.node.op_type], results, published)
+        step.outputs = [(HOST, n) for n in results] + published
+    return host_constants, keys
 
 
-def _runner(fn, count: int, published: list, results: list):
+def _runner(fn, results: list, published: list):
     """The step's function: the host results, then device tensors of the published ones."""
-    where = [results.index(n) for n in published]
+    count, where = len(results), [results.index(n) for n in published]
 
     def run(node, *args):
         values = fn(node, *args)

@@ -140,7 +140,7 @@ class Compiler:
                 steps.append(step)
         outputs = [vi.name for vi in graph.output]
         steps = _live_steps(steps, outputs)
-        steps, host_constants, host_keys = hoist(steps, constants, outputs, Step)
+        host_constants, host_keys = hoist(steps, constants, outputs)
         needed = {n for s in steps for n in s.reads} | set(outputs)
         constants = {n: v for n, v in constants.items() if n in needed}
         local = set(feeds) | set(defaults) | set(constants) | {n for s in steps for n in s.outputs}
