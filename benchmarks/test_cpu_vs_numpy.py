@@ -15,6 +15,8 @@ import pytest
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
+import numpy as np  # noqa: E402
+
 import candle_api as c  # noqa: E402
 import cpu_vs_numpy  # noqa: E402
 
@@ -38,8 +40,11 @@ def test_case(benchmark, bench_results, cases, name, impl, threads):
         with threadpoolctl.threadpool_limits(threads):
             time.sleep(0.2)  # park the other library's spinning threads
             benchmark.group = f"{name} [{threads}T]"
-            benchmark(case[impl])
+            result = np.asarray(benchmark(case[impl]), dtype=np.float64)
     finally:
         c.utils.set_num_threads(previous)
     entry = bench_results.setdefault((name, threads), {"target": case.get("target")})
     entry[impl] = benchmark.stats.stats.median
+    # a speed compared is only worth something if both compute the same thing
+    other = np.asarray(case["numpy" if impl == "candle" else "candle"](), dtype=np.float64)
+    np.testing.assert_allclose(result, other, rtol=1e-3, atol=1e-3 * float(np.abs(other).max()))
