@@ -475,6 +475,9 @@ def _matmul_samples(rng, dtype, layout):
         # cancel into a result smaller than their rounding errors
         lo, hi = (0.0, 1.0) if dt.is_float else (lo, hi)
         samples.append(Sample([values(rng, dt, (1, 600), lo, hi), values(rng, dt, (600, 300), lo, hi)]))
+        # deeper than one K slice of every GEMM (the later slices add to C), small enough that the
+        # operands are read in place rather than packed, with a row panel cut short
+        samples.append(Sample([values(rng, dt, (16, 1100), lo, hi), values(rng, dt, (1100, 32), lo, hi)]))
     return samples
 
 

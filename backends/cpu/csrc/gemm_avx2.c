@@ -12,25 +12,39 @@
 #define VEC_pd __m256d
 #define VEC_(S) VEC_##S
 #define VEC(S) VEC_(S)
+#define A_AT(i) a[(i) * ars]
 #include "gemm_micro.h"
 
 #define SPILL(i, S)                                  \
     OP(storeu, S)(tile + (i) * 2 * W, c##i##_0);     \
     OP(storeu, S)(tile + (i) * 2 * W + W, c##i##_1);
+/* The tile body: kc steps of A (row i at a[i * ars], the next k acs further
+ * on) times B (rows ldb apart), spilled to a buffer and stored mr x nr. */
+#define MICRO_BODY(S, ACS)                                                                       \
+    enum { W = 32 / sizeof(ELEM(S)) };                                                             \
+    ROWS6(DECL, S)                                                                                 \
+    for (int64_t p = 0; p < kc; p++, a += (ACS), b += ldb) {                                       \
+        const VEC(S) b0 = OP(loadu, S)(b), b1 = OP(loadu, S)(b + W);                               \
+        ROWS6(STEP, S)                                                                             \
+    }                                                                                              \
+    ELEM(S) tile[6 * 2 * W];                                                                       \
+    ROWS6(SPILL, S)                                                                                \
+    for (int i = 0; i < mr; i++)                                                                   \
+        for (int j = 0; j < nr; j++)                                                               \
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i * 2 * W + j] : tile[i * 2 * W + j];
 #define GEN_MICRO(NAME, S)                                                                       \
-    static void NAME(int64_t kc, const ELEM(S) *restrict a, const ELEM(S) *restrict b,            \
-                     ELEM(S) *restrict c, int64_t ldc, int mr, int nr, int accumulate) {           \
-        enum { W = 32 / sizeof(ELEM(S)) };                                                         \
-        ROWS6(DECL, S)                                                                             \
-        for (int64_t p = 0; p < kc; p++, a += 6, b += 2 * W) {                                     \
-            const VEC(S) b0 = OP(loadu, S)(b), b1 = OP(loadu, S)(b + W);                           \
-            ROWS6(STEP, S)                                                                         \
-        }                                                                                          \
-        ELEM(S) tile[6 * 2 * W];                                                                   \
-        ROWS6(SPILL, S)                                                                            \
-        for (int i = 0; i < mr; i++)                                                               \
-            for (int j = 0; j < nr; j++)                                                           \
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i * 2 * W + j] : tile[i * 2 * W + j]; \
+    /* A packed A panel (6 wide). */                                                               \
+    static void NAME(int64_t kc, const ELEM(S) *restrict a, const ELEM(S) *restrict b, int64_t ldb, \
+                     ELEM(S) *restrict c, int64_t ldc, int mr, int nr, int accumulate) {            \
+        const int64_t ars = 1;                                                                     \
+        MICRO_BODY(S, 6)                                                                           \
+    }                                                                                              \
+    /* Tiles of all 6 rows, A read in place from rows ars apart. */                             \
+    static void NAME##_rows(int64_t kc, const ELEM(S) *restrict a, int64_t ars,                    \
+                            const ELEM(S) *restrict b, int64_t ldb, ELEM(S) *restrict c,            \
+                            int64_t ldc, int nr, int accumulate) {                                  \
+        const int mr = 6;                                                                          \
+        MICRO_BODY(S, 1)                                                                           \
     }
 
 GEN_MICRO(micro_f32, ps)

@@ -14,6 +14,10 @@
 #define VEC_pd __m512d
 #define VEC_(S) VEC_##S
 #define VEC(S) VEC_(S)
+/* Rows from 7 on are addressed from a second pointer a7 = a + 7 * ars: the
+ * offsets are then 0..6 strides, which scaled addressing covers with four
+ * registers (fourteen would spill inside the loop). */
+#define A_AT(i) ((i) < 7 ? a[(i) * ars] : a7[((i) - 7) * ars])
 #include "gemm_micro.h"
 
 #define LANES(S) ((int)(64 / sizeof(ELEM(S))))
@@ -41,35 +45,50 @@
 #define PREF(i, S)                                                     \
     _mm_prefetch((const char *)(c + (i) * ldc), _MM_HINT_T0);          \
     _mm_prefetch((const char *)(c + (i) * ldc + W), _MM_HINT_T0);
-/* A kernel for tiles of at most R rows (A panels are always 14 wide), so an
- * edge panel of a few rows costs a few rows' work. */
+/* The tile body: accumulates kc steps of A (row i at a[i * ars], the next k
+ * acs further on) times B (rows ldb apart), then stores or adds the tile. */
+#define MICRO_BODY(R, S, ACS)                                                                   \
+    const int W = LANES(S);                                                                     \
+    ROWS##R(PREF, S)                                                                            \
+    ROWS##R(DECL, S)                                                                            \
+    const ELEM(S) *a7 = a + 7 * ars;                                                            \
+    for (int64_t p = 0; p < kc; p++, a += (ACS), a7 += (ACS), b += ldb) {                       \
+        const VEC(S) b0 = OP(loadu, S)(b), b1 = OP(loadu, S)(b + W);                            \
+        ROWS##R(STEP, S)                                                                        \
+    }                                                                                           \
+    if (mr == R && nr == 2 * W) {                                                               \
+        ROWS##R(STORE_FULL, S)                                                                  \
+    } else {                                                                                    \
+        const unsigned full = (1u << W) - 1;                                                    \
+        const unsigned m0 = nr >= W ? full : (1u << nr) - 1;                                    \
+        const unsigned m1 = nr >= 2 * W ? full : nr > W ? (1u << (nr - W)) - 1 : 0;             \
+        ROWS##R(STORE_PART, S)                                                                  \
+    }
+/* A kernel for tiles of at most R rows of a packed A panel (always 14 wide),
+ * so an edge panel of a few rows costs a few rows' work. */
 #define GEN_MICRO(NAME, R, S)                                                                   \
     static void NAME##_##R(int64_t kc, const ELEM(S) *restrict a, const ELEM(S) *restrict b,     \
-                           ELEM(S) *restrict c, int64_t ldc, int mr, int nr, int accumulate) {    \
-        const int W = LANES(S);                                                                   \
-        ROWS##R(PREF, S)                                                                          \
-        ROWS##R(DECL, S)                                                                          \
-        for (int64_t p = 0; p < kc; p++, a += 14, b += 2 * W) {                                   \
-            const VEC(S) b0 = OP(loadu, S)(b), b1 = OP(loadu, S)(b + W);                          \
-            ROWS##R(STEP, S)                                                                      \
-        }                                                                                         \
-        if (mr == R && nr == 2 * W) {                                                             \
-            ROWS##R(STORE_FULL, S)                                                                \
-        } else {                                                                                  \
-            const unsigned full = (1u << W) - 1;                                                  \
-            const unsigned m0 = nr >= W ? full : (1u << nr) - 1;                                  \
-            const unsigned m1 = nr >= 2 * W ? full : nr > W ? (1u << (nr - W)) - 1 : 0;           \
-            ROWS##R(STORE_PART, S)                                                                \
-        }                                                                                         \
+                           int64_t ldb, ELEM(S) *restrict c, int64_t ldc, int mr, int nr,         \
+                           int accumulate) {                                                      \
+        const int64_t ars = 1;                                                                    \
+        MICRO_BODY(R, S, 14)                                                                      \
     }
 #define GEN_MICROS(NAME, S)                                                                     \
     GEN_MICRO(NAME, 14, S) GEN_MICRO(NAME, 8, S) GEN_MICRO(NAME, 4, S) GEN_MICRO(NAME, 2, S)     \
-    static void NAME(int64_t kc, const ELEM(S) *a, const ELEM(S) *b, ELEM(S) *c, int64_t ldc, int mr, int nr, \
-                     int acc) {                                                                   \
-        if (mr > 8) NAME##_14(kc, a, b, c, ldc, mr, nr, acc);                                     \
-        else if (mr > 4) NAME##_8(kc, a, b, c, ldc, mr, nr, acc);                                 \
-        else if (mr > 2) NAME##_4(kc, a, b, c, ldc, mr, nr, acc);                                 \
-        else NAME##_2(kc, a, b, c, ldc, mr, nr, acc);                                             \
+    static void NAME(int64_t kc, const ELEM(S) *a, const ELEM(S) *b, int64_t ldb, ELEM(S) *c,     \
+                     int64_t ldc, int mr, int nr, int acc) {                                      \
+        if (mr > 8) NAME##_14(kc, a, b, ldb, c, ldc, mr, nr, acc);                                \
+        else if (mr > 4) NAME##_8(kc, a, b, ldb, c, ldc, mr, nr, acc);                            \
+        else if (mr > 2) NAME##_4(kc, a, b, ldb, c, ldc, mr, nr, acc);                            \
+        else NAME##_2(kc, a, b, ldb, c, ldc, mr, nr, acc);                                        \
+    }                                                                                             \
+    /* Tiles of all 14 rows, A read in place from rows ars apart. */                         \
+    __attribute__((noinline)) /* inlined, its row offsets would spill */                        \
+    static void NAME##_rows(int64_t kc, const ELEM(S) *restrict a, int64_t ars,                  \
+                            const ELEM(S) *restrict b, int64_t ldb, ELEM(S) *restrict c,          \
+                            int64_t ldc, int nr, int accumulate) {                                \
+        const int mr = 14;                                                                        \
+        MICRO_BODY(14, S, 1)                                                                      \
     }
 
 GEN_MICROS(micro_f32, ps)

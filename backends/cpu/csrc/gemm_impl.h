@@ -20,9 +20,10 @@
  * of K, B is packed into NR-wide panels (shared by all threads); each thread
  * then packs MC-row blocks of A into MR-row panels and runs the microkernel
  * over its share of the tiles. When all rows fit one MC block, each B panel
- * is used once, so each task packs the panels it uses just before using them. Threads split M or N, never K, so every element
- * of C is computed by the same sequence of operations whatever the thread
- * count. Rows or columns of one (m == 1 or n == 1) take a GEMV path that
+ * is used once, so each task packs the panels it uses just before using them.
+ * Small operands skip packing (use_in_place). Threads split M or N, never K,
+ * so every element of C is computed by the same sequence of operations
+ * whatever the thread count. Rows or columns of one (m == 1 or n == 1) take a GEMV path that
  * streams the matrix without packing it (f32, f64, and bf16 for a row times
  * a row-major matrix: LLM decoding). */
 #include <pthread.h>
@@ -355,11 +356,25 @@ static int try_gemv(int esz, int64_t m, int64_t n, int64_t k, const char *a, int
 /* ---- the blocked driver ------------------------------------------------------------ */
 typedef struct {
     int64_t mc, nc;
+    int64_t in_place; /* bytes an operand read in place may span (use_in_place) */
 } blocking;
 
 static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
-    int64_t mc = cd_cache_bytes(2) / 6 / (kc * esz) / mr * mr, nc = cd_cache_bytes(3) / 8 / (kc * esz) / nr * nr;
-    return (blocking){CD_MAX(mr, CD_MIN(mc, 32 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr))};
+    int64_t l2 = cd_cache_bytes(2), mc = l2 / 6 / (kc * esz) / mr * mr, nc = cd_cache_bytes(3) / 8 / (kc * esz) / nr * nr;
+    return (blocking){CD_MAX(mr, CD_MIN(mc, 32 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr)), l2 / 8};
+}
+
+/* Packing copies an operand into panels the microkernel streams. A small
+ * operand whose rows are contiguous is read in place instead (the batched
+ * attention products, where the copy is ~10% of the work): A when its MR-row
+ * panels are whole rows of a row-major matrix, B when its panels are row
+ * segments. "Small" bounds the span of memory read (all of A's rows, one K
+ * slice of B), so the rows stay cached between uses; A's row stride must also
+ * not send every row to the same few L1 sets (a multiple of 2 KiB would). */
+static void use_in_place(int64_t span, int64_t esz, int64_t isz, int64_t mr, int64_t m, int64_t kc, int64_t ars,
+                         int64_t acs, int64_t brs, int64_t bcs, int *direct_a, int *direct_b) {
+    *direct_a = isz == esz && acs == 1 && m >= mr && m * ars * esz <= span && ars * esz % 2048 != 0;
+    *direct_b = isz == esz && bcs == 1 && kc * brs * esz <= span;
 }
 
 #define GEN_DRIVER(T, MR, NR, KC, MICRO)                                                              \
@@ -373,6 +388,7 @@ static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
         T *bpack;                                                                                      \
         int64_t ntasks, pack_tasks, split_rows;                                                        \
         int own_panels; /* each task packs the B panels of its own columns as it reaches them */       \
+        int direct_a, direct_b; /* operands read in place, unpacked (see use_in_place) */              \
         blocking blk;                                                                                  \
         void (*pack_a)(const void *, int64_t, int64_t, int64_t, int64_t, T *);                         \
         void (*pack_b)(const void *, int64_t, int64_t, int64_t, int64_t, T *);                         \
@@ -400,10 +416,15 @@ static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
     static int compute_task_##T(void *vctx, int64_t begin, int64_t end) {                             \
         const drv_##T *d = vctx;                                                                       \
         const int64_t mpanels = (d->m + MR - 1) / MR, npanels = (d->nc + NR - 1) / NR;                 \
-        const int64_t MC = d->blk.mc;                                                                  \
-        T *apack = thread_buffer(BUF_A, MC * d->kc * (int64_t)sizeof(T));                              \
-        T *panel = d->own_panels ? thread_buffer(BUF_PANEL, NR * d->kc * (int64_t)sizeof(T)) : NULL;   \
-        if (!apack || (d->own_panels && !panel)) return -1;                                            \
+        /* A read in place needs no L2-sized blocks: its rows run as one block. */                    \
+        const int64_t MC = d->direct_a ? d->m : d->blk.mc;                                             \
+        T *apack = thread_buffer(BUF_A, CD_MIN(MC, d->blk.mc) * d->kc * (int64_t)sizeof(T));           \
+        /* Tasks pack their own B panels, or only the partial one when B is read in place. */          \
+        const int own = d->own_panels || d->direct_b;                                                  \
+        T *panel = own ? thread_buffer(BUF_PANEL, NR * d->kc * (int64_t)sizeof(T)) : NULL;             \
+        if (!apack || (own && !panel)) return -1;                                                      \
+        const T *a_in = d->direct_a ? (const T *)d->a + d->p0 : NULL;                                  \
+        const T *b_in = d->direct_b ? (const T *)d->b + d->p0 * d->brs : NULL;                         \
         for (int64_t t = begin; t < end; t++) {                                                        \
             int64_t r0 = 0, r1 = mpanels, c0 = 0, c1 = npanels;                                        \
             if (d->split_rows) range_##T(mpanels, d->ntasks, t, &r0, &r1);                             \
@@ -411,20 +432,33 @@ static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
             int64_t row_end = CD_MIN(d->m, r1 * MR), col_end = CD_MIN(d->nc, c1 * NR);                 \
             for (int64_t i0 = r0 * MR; i0 < row_end; i0 += MC) {                                       \
                 int64_t mc = CD_MIN(MC, row_end - i0);                                                 \
-                d->pack_a(d->a + (i0 * d->ars + d->p0 * d->acs) * d->isz, d->ars, d->acs, mc, d->kc,   \
-                          apack);                                                              \
+                /* Rows read in place leave only a partial last panel to pack. */                     \
+                int64_t packed0 = d->direct_a ? mc / MR * MR : 0;                                      \
+                if (packed0 < mc)                                                                      \
+                    d->pack_a(d->a + ((i0 + packed0) * d->ars + d->p0 * d->acs) * d->isz, d->ars,      \
+                              d->acs, mc - packed0, d->kc, apack);                                     \
                 for (int64_t j = c0 * NR; j < col_end; j += NR) {                                      \
                     int nr = (int)CD_MIN(NR, col_end - j);                                             \
                     const T *bp = panel;                                                               \
-                    if (panel)                                                                         \
+                    int64_t ldb = NR;                                                                  \
+                    if (d->direct_b && nr == NR) {                                                     \
+                        bp = b_in + d->j0 + j;                                                         \
+                        ldb = d->brs;                                                                  \
+                    } else if (panel) {                                                                \
                         d->pack_b(d->b + (d->p0 * d->brs + (d->j0 + j) * d->bcs) * d->isz, d->brs,     \
                                   d->bcs, d->kc, nr, panel);                                           \
-                    else                                                                               \
+                    } else {                                                                           \
                         bp = d->bpack + j * d->kc;                                                     \
+                    }                                                                                  \
                     for (int64_t ir = 0; ir < mc; ir += MR) {                                          \
                         int mr = (int)CD_MIN(MR, mc - ir);                                             \
-                        MICRO(d->kc, apack + ir * d->kc, bp, d->c + (i0 + ir) * d->ldc + d->j0 + j,    \
-                              d->ldc, mr, nr, d->p0 > 0);                                              \
+                        T *ct = d->c + (i0 + ir) * d->ldc + d->j0 + j;                                 \
+                        if (ir < packed0)                                                              \
+                            MICRO##_rows(d->kc, a_in + (i0 + ir) * d->ars, d->ars, bp, ldb, ct, d->ldc, \
+                                         nr, d->p0 > 0);                                               \
+                        else                                                                           \
+                            MICRO(d->kc, apack + (ir - packed0) * d->kc, bp, ldb, ct, d->ldc, mr, nr,   \
+                                  d->p0 > 0);                                                          \
                     }                                                                                  \
                 }                                                                                      \
             }                                                                                          \
@@ -457,7 +491,9 @@ static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
                 d->split_rows = mpanels >= 2 * tasks || mpanels >= npanels;                            \
                 d->ntasks = CD_MAX(1, CD_MIN(tasks, d->split_rows ? mpanels : npanels));               \
                 d->pack_tasks = CD_MAX(1, CD_MIN(d->ntasks, npanels));                                 \
-                if (!d->own_panels) rc = cd_parallel_for(d->pack_tasks, 1, packb_task_##T, d);         \
+                use_in_place(d->blk.in_place, sizeof(T), d->isz, MR, d->m, d->kc, d->ars, d->acs, d->brs, \
+                             d->bcs, &d->direct_a, &d->direct_b);                                       \
+                if (!d->own_panels && !d->direct_b) rc = cd_parallel_for(d->pack_tasks, 1, packb_task_##T, d); \
                 if (rc == 0) rc = cd_parallel_for(d->ntasks, 1, compute_task_##T, d);                  \
             }                                                                                          \
         }                                                                                              \

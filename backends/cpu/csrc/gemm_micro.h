@@ -4,9 +4,13 @@
  *   OP(op, S)    the intrinsic for op on element suffix S (ps: f32, pd: f64),
  *                e.g. _mm512_##op##_##S
  *   VEC(S)       the vector type for S
+ *   A_AT(i)      the element of A in row i at the current k
  *
  * A tile is rows x (two vectors) of accumulators c<row>_0, c<row>_1; per k,
- * one broadcast of A per row times the two B vectors b0, b1. */
+ * one broadcast of A per row times the two B vectors b0, b1. A_AT(i), from
+ * the including file, reads row i of A at the current k: a[i * ars], with ars
+ * the constant 1 for a packed panel and the matrix's row stride when A is read
+ * in place. */
 #ifndef CANDLE_CPU_GEMM_MICRO_H
 #define CANDLE_CPU_GEMM_MICRO_H
 
@@ -24,7 +28,7 @@
 #define DECL(i, S) VEC(S) c##i##_0 = OP(setzero, S)(), c##i##_1 = OP(setzero, S)();
 #define STEP(i, S)                                    \
     {                                                 \
-        const VEC(S) ai = OP(set1, S)(a[i]);          \
+        const VEC(S) ai = OP(set1, S)(A_AT(i));       \
         c##i##_0 = OP(fmadd, S)(ai, b0, c##i##_0);    \
         c##i##_1 = OP(fmadd, S)(ai, b1, c##i##_1);    \
     }
