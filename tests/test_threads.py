@@ -21,7 +21,10 @@ def workload(seed: int) -> list[np.ndarray]:
     img = c.Tensor(rng.standard_normal((2, 3, 32, 32)).astype(np.float32))
     kernel = c.Tensor(rng.standard_normal((8, 3, 3, 3)).astype(np.float32))
     q, k, v = (c.Tensor(rng.standard_normal((2, 4, 100, 32)).astype(np.float32)) for _ in range(3))
+    row = c.Tensor(rng.standard_normal((1, 600)).astype(np.float32))
+    tall = c.Tensor(rng.standard_normal((600, 300)).astype(np.float32))
     return [
+        (row @ tall).numpy(),  # a GEMV large enough to be cut into K slices
         c.functional.scaled_dot_product_attention(q, k, v, is_causal=True).numpy(),
         (big @ w).numpy(),
         big.softmax(-1).numpy(),

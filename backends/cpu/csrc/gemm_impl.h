@@ -335,8 +335,9 @@ static int try_gemv(int esz, int64_t m, int64_t n, int64_t k, const char *a, int
         g = (gemv_ctx){esz, 1, m, k, b, a, 1, ars, c, ldc, 0, 1, NULL};
     else
         return 0;
+    /* Slicing depends on the size alone, not on the thread count, so the sums are the same on any. */
+    if (!g.dot_form && g.n * k >= 2 << 16) g.kparts = (k + GEMV_KSLICE - 1) / GEMV_KSLICE;
     int64_t threads = CD_MIN(cd_num_threads(), g.n * k / (1 << 16));
-    if (!g.dot_form && threads > 1) g.kparts = (k + GEMV_KSLICE - 1) / GEMV_KSLICE;
     g.parts = CD_MAX(1, CD_MIN(CD_MAX(1, threads / g.kparts), g.n / 64));
     if (g.kparts == 1) {
         *rc = cd_parallel_for(g.parts, 1, gemv_task, &g);
