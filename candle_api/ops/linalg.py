@@ -31,9 +31,11 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     k2, n = lb.shape[-2:]
     if k != k2:
         raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} do not match: inner dims {k} and {k2} differ")
-    batch = broadcast_shape("matmul", la.shape[:-2], lb.shape[:-2])
-    la = la.broadcast_as(batch + (m, k))
-    lb = lb.broadcast_as(batch + (k, n))
+    batch = la.shape[:-2]
+    if lb.shape[:-2] != batch:
+        batch = broadcast_shape("matmul", batch, lb.shape[:-2])
+        la = la.broadcast_as(batch + (m, k))
+        lb = lb.broadcast_as(batch + (k, n))
     lay = Layout.contig(batch + (m, n))
     out = dev.backend.alloc(lay.numel * dtype.itemsize)
     if batch and not any(lb.strides[:-2]):
