@@ -11,6 +11,9 @@ targets of the "CPU backend at BLAS speed" issue:
   composite expression, also in GB/s against the memory bandwidth measured here;
 - f64 matmul 1024: >= 0.9x.
 
+Also reported, with no target: a bf16 matmul against NumPy's f32 one on the
+same values (NumPy has no bf16 GEMM).
+
 Method (as in shared/reference/perf_scripts): each thread count runs in its own
 process with BLAS and candle-api pinned to it; within a repetition the variants
 are interleaved, 0.2 s apart so the other library's spinning threads are
@@ -71,6 +74,12 @@ def cases(quick: bool):
     out.append(dict(name="causal sdpa 12 heads 512x64", flops=4 * 12 * 512 * 512 * 64, target=None,
                     candle=lambda: c.functional.scaled_dot_product_attention(thq, thk, thv, is_causal=True),
                     numpy=np_sdpa))
+    # NumPy has no bf16 GEMM: its baseline is f32 on the same (bf16-rounded) values. candle-api runs
+    # bf16 x bf16 (AVX512-BF16 dot products where the CPU has them) and rounds the result to bf16.
+    tab, tbb = c.from_numpy(f32(1024, 1024)).to_dtype("bf16"), c.from_numpy(f32(1024, 1024)).to_dtype("bf16")
+    ab, bb = tab.to_dtype("f32").numpy(), tbb.to_dtype("f32").numpy()
+    out.append(dict(name="matmul bf16 1024 (NumPy: f32)", flops=2 * 1024**3, target=None, tol=1e-2,
+                    candle=lambda: tab @ tbb, numpy=lambda: ab @ bb))
     a64, b64 = rng.standard_normal((1024, 1024)), rng.standard_normal((1024, 1024))
     ta64, tb64 = c.from_numpy(a64), c.from_numpy(b64)
     out.append(dict(name="matmul f64 1024", flops=2 * 1024**3, target=0.9, candle=lambda: ta64 @ tb64,

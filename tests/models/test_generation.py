@@ -146,7 +146,10 @@ def test_cli_streams_the_answer_and_the_speed(capsys, smollm2_tokenizer, dtype):
                                   "What is the capital of France?")
     assert code == 0
     assert "Paris" in out
-    assert "tokens/s" in err.splitlines()[-1] and "(stop)" in err
+    assert "tokens/s" in err.splitlines()[-1]
+    # f32 answers "The capital of France is Paris." and stops, as transformers does. In bf16 the logits are
+    # rounded to 8 bits, and the first two candidates tie at 25.25: the answer can take the longer path.
+    assert "(stop)" in err or dtype == "bf16"
 
 
 def char_tokenizer(path: Path) -> None:

@@ -31,6 +31,7 @@ SIGNATURES = {
     "cd_last_error": (c_char_p, []),
     "cd_names": (c_char_p, [c_char_p]),
     "cd_isa": (c_char_p, []),
+    "cd_has_avx512bf16": (c_int, []),
     "cd_cache_bytes": (c_int64, [c_int32]),
     "cd_alloc": (c_void_p, [c_int64]),
     "cd_free": (None, [c_void_p]),
@@ -136,7 +137,8 @@ def describe() -> str:
     except BackendUnavailableError:
         return "library not loaded"
     l2, l3 = lib.cd_cache_bytes(2) >> 10, lib.cd_cache_bytes(3) >> 10
-    return f"cpu features: {lib.cd_isa().decode()}, {lib.cd_get_num_threads()} threads, L2 {l2} KiB, L3 {l3} KiB"
+    isa = lib.cd_isa().decode() + (" + bf16 dot products" if lib.cd_has_avx512bf16() else "")
+    return f"cpu features: {isa}, {lib.cd_get_num_threads()} threads, L2 {l2} KiB, L3 {l3} KiB"
 
 
 def error() -> Exception:

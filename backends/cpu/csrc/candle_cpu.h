@@ -97,6 +97,9 @@ CD_API const char *cd_last_error(void);
 CD_API const char *cd_names(const char *table);
 /* The instruction set the kernels were dispatched to: "avx512", "avx2" or "scalar". */
 CD_API const char *cd_isa(void);
+/* 1 when the AVX-512 set is in use and the CPU has AVX512-BF16: bf16 x bf16
+ * products then run on its dot-product instruction. */
+CD_API int cd_has_avx512bf16(void);
 /* Bytes of the level-2 or level-3 data cache, as the GEMM blocking sees it. */
 CD_API int64_t cd_cache_bytes(int32_t level);
 /* 64-byte aligned; large blocks are cached for reuse. NULL + error when out of memory. */

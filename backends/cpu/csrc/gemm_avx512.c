@@ -137,6 +137,80 @@ static void tpack_f32(const float *src, int64_t ld, int w, int64_t kc, int W, fl
     }
 }
 
+/* ---- bf16 x bf16 with AVX512-BF16 ------------------------------------------------
+ * vdpbf16ps adds the products of a pair of bf16 per f32 lane, so panels hold
+ * pairs along k: A's as one 32-bit word per row and k pair (broadcast), B's as
+ * 16 columns' pairs per vector. Twice the flops of an f32 FMA per instruction.
+ * Products of bf16 are exact in f32; denormal inputs and results flush to zero
+ * (the instruction's rule). Compiled for that extension alone: the driver
+ * calls it only when the CPU has it (cd_has_avx512bf16). */
+#define BF16_STEP(i, S)                                                          \
+    {                                                                            \
+        const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);             \
+        c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                           \
+        c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                           \
+    }
+__attribute__((target("avx512bf16"))) static void micro_bf16(int64_t kp, const uint32_t *restrict a,
+                                                              const uint32_t *restrict b, int64_t ldb,
+                                                              float *restrict c, int64_t ldc, int mr, int nr,
+                                                              int accumulate) {
+    const int W = 16;
+    ROWS14(PREF, ps)
+    ROWS14(DECL, ps)
+    for (int64_t q = 0; q < kp; q++, a += 14, b += ldb) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + W);
+        ROWS14(BF16_STEP, ps)
+    }
+    if (mr == 14 && nr == 2 * W) {
+        ROWS14(STORE_FULL, ps)
+    } else {
+        const unsigned m0 = nr >= W ? 0xffff : (1u << nr) - 1;
+        const unsigned m1 = nr >= 2 * W ? 0xffff : nr > W ? (1u << (nr - W)) - 1 : 0;
+        ROWS14(STORE_PART, ps)
+    }
+}
+
+/* The 32-bit word holding elements k and k + 1 of a bf16 vector with stride s
+ * (k + 1 past the end reads as zero). */
+static inline uint32_t bf16_pair(const uint16_t *v, int64_t s, int64_t k, int64_t kc) {
+    return v[k * s] | (k + 1 < kc ? (uint32_t)v[(k + 1) * s] << 16 : 0);
+}
+
+/* A panels: dst[q * 14 + r] = rows r's pair q; rows past mc are zero. */
+static void pack_a_bf16_pairs(const void *src, int64_t rs, int64_t cs, int64_t mc, int64_t kc, uint32_t *dst) {
+    const uint16_t *a = src;
+    const int64_t kp = (kc + 1) / 2;
+    for (int64_t i = 0; i < mc; i += 14, dst += 14 * kp) {
+        const int64_t mr = CD_MIN(14, mc - i);
+        for (int64_t q = 0; q < kp; q++)
+            for (int64_t r = 0; r < 14; r++) dst[q * 14 + r] = r < mr ? bf16_pair(a + (i + r) * rs, cs, 2 * q, kc) : 0;
+    }
+}
+
+/* B panels: dst[q * 32 + j] = column j's pair q; columns past nc are zero. Two
+ * rows of a row-major B interleave with one permute per 16 columns. */
+static void pack_b_bf16_pairs(const void *src, int64_t rs, int64_t cs, int64_t kc, int64_t nc, uint32_t *dst) {
+    const uint16_t *b = src;
+    const int64_t kp = (kc + 1) / 2;
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                        37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int64_t j = 0; j < nc; j += 32, dst += 32 * kp) {
+        const int64_t nr = CD_MIN(32, nc - j);
+        for (int64_t q = 0; q < kp; q++) {
+            if (cs == 1 && nr == 32 && 2 * q + 1 < kc) {
+                const __m512i r0 = _mm512_loadu_si512(b + 2 * q * rs + j), r1 = _mm512_loadu_si512(b + (2 * q + 1) * rs + j);
+                _mm512_storeu_si512(dst + q * 32, _mm512_permutex2var_epi16(r0, lo, r1));
+                _mm512_storeu_si512(dst + q * 32 + 16, _mm512_permutex2var_epi16(r0, hi, r1));
+                continue;
+            }
+            for (int64_t col = 0; col < 32; col++)
+                dst[q * 32 + col] = col < nr ? bf16_pair(b + (j + col) * cs, rs, 2 * q, kc) : 0;
+        }
+    }
+}
+
+#define GEMM_BF16_DOT 1
 #define GEMM_OPS cd_gemm_avx512
 #define GEMM_ISA "avx512"
 /* A deep K slice amortizes the C tile updates; MC and NC follow the caches. */

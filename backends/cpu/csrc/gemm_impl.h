@@ -6,6 +6,9 @@
  *   F32_MR, F32_NR        the f32 register tile, and micro_f32()
  *   F64_MR, F64_NR        the f64 register tile, and micro_f64()
  *   F32_KC, F64_KC        the depth of a K slice
+ *   micro_f32_rows(), micro_f64_rows()  full-height tiles with A read in place
+ *   GEMM_BF16_DOT         (optional) micro_bf16() and the pair packers of the
+ *                         bf16 dot-product path
  *
  * MC and NC are sized at run time from this CPU's caches (cd_cache_bytes):
  * an MC x KC block of A takes a sixth of L2, leaving room for the B micro-
@@ -13,8 +16,9 @@
  * of L3. A sweep on Zen 4 (1 MiB L2) found the deepest KC that keeps these
  * blocks in their caches fastest (KC 1024, MC 42 for f32): fewer passes over C.
  *
- * micro_T(kc, a_panel, b_panel, c, ldc, mr, nr, accumulate) computes an
- * mr x nr (<= MR x NR) tile of C = (accumulate ? C : 0) + A_panel @ B_panel.
+ * micro_T(kc, a_panel, b_panel, ldb, c, ldc, mr, nr, accumulate) computes an
+ * mr x nr (<= MR x NR) tile of C = (accumulate ? C : 0) + A_panel @ B_panel,
+ * B's rows ldb apart (NR when packed).
  *
  * Blocking follows BLIS: for each NC-wide block of columns and KC-deep slice
  * of K, B is packed into NR-wide panels (shared by all threads); each thread
@@ -23,9 +27,9 @@
  * is used once, so each task packs the panels it uses just before using them.
  * Small operands skip packing (use_in_place). Threads split M or N, never K,
  * so every element of C is computed by the same sequence of operations
- * whatever the thread count. Rows or columns of one (m == 1 or n == 1) take a GEMV path that
- * streams the matrix without packing it (f32, f64, and bf16 for a row times
- * a row-major matrix: LLM decoding). */
+ * whatever the thread count. Rows or columns of one (m == 1 or n == 1) take
+ * a GEMV path that streams the matrix without packing it (f32, f64, and bf16
+ * for a row times a row-major matrix: LLM decoding). */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -378,131 +382,139 @@ static void use_in_place(int64_t span, int64_t esz, int64_t isz, int64_t mr, int
     *direct_b = isz == esz && bcs == 1 && kc * brs * esz <= span;
 }
 
-#define GEN_DRIVER(T, MR, NR, KC, MICRO)                                                              \
-    typedef struct {                                                                                   \
-        const char *a, *b;                                                                             \
-        int isz;                                                                                       \
-        int64_t m, ars, acs, brs, bcs;                                                                 \
-        T *c;                                                                                          \
-        int64_t ldc;                                                                                   \
-        int64_t j0, nc, p0, kc; /* the current block */                                                \
-        T *bpack;                                                                                      \
-        int64_t ntasks, pack_tasks, split_rows;                                                        \
-        int own_panels; /* each task packs the B panels of its own columns as it reaches them */       \
-        int direct_a, direct_b; /* operands read in place, unpacked (see use_in_place) */              \
-        blocking blk;                                                                                  \
-        void (*pack_a)(const void *, int64_t, int64_t, int64_t, int64_t, T *);                         \
-        void (*pack_b)(const void *, int64_t, int64_t, int64_t, int64_t, T *);                         \
-    } drv_##T;                                                                                         \
-                                                                                                       \
-    static void range_##T(int64_t total, int64_t parts, int64_t t, int64_t *lo, int64_t *hi) {         \
-        *lo = total * t / parts;                                                                       \
-        *hi = total * (t + 1) / parts;                                                                 \
-    }                                                                                                  \
-                                                                                                       \
-    static int packb_task_##T(void *vctx, int64_t begin, int64_t end) {                               \
-        const drv_##T *d = vctx;                                                                       \
-        int64_t panels = (d->nc + NR - 1) / NR;                                                        \
-        for (int64_t t = begin; t < end; t++) {                                                        \
-            int64_t lo, hi;                                                                            \
-            range_##T(panels, d->pack_tasks, t, &lo, &hi);                                             \
-            if (lo >= hi) continue;                                                                    \
-            int64_t j = lo * NR, cols = CD_MIN(d->nc, hi * NR) - j;                                    \
-            d->pack_b(d->b + (d->p0 * d->brs + (d->j0 + j) * d->bcs) * d->isz, d->brs, d->bcs, d->kc, \
-                      cols, d->bpack + j * d->kc);                                                     \
-        }                                                                                              \
-        return 0;                                                                                      \
-    }                                                                                                  \
-                                                                                                       \
-    static int compute_task_##T(void *vctx, int64_t begin, int64_t end) {                             \
-        const drv_##T *d = vctx;                                                                       \
-        const int64_t mpanels = (d->m + MR - 1) / MR, npanels = (d->nc + NR - 1) / NR;                 \
-        /* A read in place needs no L2-sized blocks: its rows run as one block. */                    \
-        const int64_t MC = d->direct_a ? d->m : d->blk.mc;                                             \
-        T *apack = thread_buffer(BUF_A, CD_MIN(MC, d->blk.mc) * d->kc * (int64_t)sizeof(T));           \
-        /* Tasks pack their own B panels, or only the partial one when B is read in place. */          \
-        const int own = d->own_panels || d->direct_b;                                                  \
-        T *panel = own ? thread_buffer(BUF_PANEL, NR * d->kc * (int64_t)sizeof(T)) : NULL;             \
-        if (!apack || (own && !panel)) return -1;                                                      \
-        const T *a_in = d->direct_a ? (const T *)d->a + d->p0 : NULL;                                  \
-        const T *b_in = d->direct_b ? (const T *)d->b + d->p0 * d->brs : NULL;                         \
-        for (int64_t t = begin; t < end; t++) {                                                        \
-            int64_t r0 = 0, r1 = mpanels, c0 = 0, c1 = npanels;                                        \
-            if (d->split_rows) range_##T(mpanels, d->ntasks, t, &r0, &r1);                             \
-            else range_##T(npanels, d->ntasks, t, &c0, &c1);                                           \
-            int64_t row_end = CD_MIN(d->m, r1 * MR), col_end = CD_MIN(d->nc, c1 * NR);                 \
-            for (int64_t i0 = r0 * MR; i0 < row_end; i0 += MC) {                                       \
-                int64_t mc = CD_MIN(MC, row_end - i0);                                                 \
-                /* Rows read in place leave only a partial last panel to pack. */                     \
-                int64_t packed0 = d->direct_a ? mc / MR * MR : 0;                                      \
-                if (packed0 < mc)                                                                      \
-                    d->pack_a(d->a + ((i0 + packed0) * d->ars + d->p0 * d->acs) * d->isz, d->ars,      \
-                              d->acs, mc - packed0, d->kc, apack);                                     \
-                for (int64_t j = c0 * NR; j < col_end; j += NR) {                                      \
-                    int nr = (int)CD_MIN(NR, col_end - j);                                             \
-                    const T *bp = panel;                                                               \
-                    int64_t ldb = NR;                                                                  \
-                    if (d->direct_b && nr == NR) {                                                     \
-                        bp = b_in + d->j0 + j;                                                         \
-                        ldb = d->brs;                                                                  \
-                    } else if (panel) {                                                                \
-                        d->pack_b(d->b + (d->p0 * d->brs + (d->j0 + j) * d->bcs) * d->isz, d->brs,     \
-                                  d->bcs, d->kc, nr, panel);                                           \
-                    } else {                                                                           \
-                        bp = d->bpack + j * d->kc;                                                     \
-                    }                                                                                  \
-                    for (int64_t ir = 0; ir < mc; ir += MR) {                                          \
-                        int mr = (int)CD_MIN(MR, mc - ir);                                             \
-                        T *ct = d->c + (i0 + ir) * d->ldc + d->j0 + j;                                 \
-                        if (ir < packed0)                                                              \
-                            MICRO##_rows(d->kc, a_in + (i0 + ir) * d->ars, d->ars, bp, ldb, ct, d->ldc, \
-                                         nr, d->p0 > 0);                                               \
-                        else                                                                           \
-                            MICRO(d->kc, apack + (ir - packed0) * d->kc, bp, ldb, ct, d->ldc, mr, nr,   \
-                                  d->p0 > 0);                                                          \
-                    }                                                                                  \
-                }                                                                                      \
-            }                                                                                          \
-        }                                                                                              \
-        return 0;                                                                                      \
-    }                                                                                                  \
-                                                                                                       \
-    static pthread_once_t blk_once_##T = PTHREAD_ONCE_INIT;                                            \
-    static blocking blk_##T;                                                                           \
-    static void size_##T(void) { blk_##T = size_blocks(sizeof(T), MR, NR, KC); }                      \
-                                                                                                       \
-    static int blocked_##T(drv_##T *d, int64_t n, int64_t k) {                                         \
-        pthread_once(&blk_once_##T, size_##T);                                                         \
-        const int64_t NC = blk_##T.nc;                                                                 \
-        d->blk = blk_##T;                                                                              \
-        int64_t kc_max = CD_MIN(KC, k), nc_max = CD_MIN(NC, (n + NR - 1) / NR * NR);                   \
-        /* Rows that fit one MC block use each B panel once: packed by the task that uses it, it      \
-         * stays in L1 instead of going to memory and back (the small-M products of short batches). */ \
-        d->own_panels = d->m <= d->blk.mc;                                                             \
-        d->bpack = d->own_panels ? NULL : thread_buffer(BUF_B, kc_max * nc_max * (int64_t)sizeof(T));  \
-        if (!d->own_panels && !d->bpack) return -1;                                                    \
-        int rc = 0;                                                                                    \
-        for (d->j0 = 0; d->j0 < n && rc == 0; d->j0 += NC) {                                           \
-            d->nc = CD_MIN(NC, n - d->j0);                                                             \
-            for (d->p0 = 0; d->p0 < k && rc == 0; d->p0 += KC) {                                       \
-                d->kc = CD_MIN(KC, k - d->p0);                                                         \
-                int64_t mpanels = (d->m + MR - 1) / MR, npanels = (d->nc + NR - 1) / NR;               \
-                int64_t work = d->m * d->nc * d->kc;                                                   \
-                int64_t tasks = CD_MAX(1, CD_MIN(cd_num_threads(), work / (1 << 17)));                 \
-                d->split_rows = mpanels >= 2 * tasks || mpanels >= npanels;                            \
-                d->ntasks = CD_MAX(1, CD_MIN(tasks, d->split_rows ? mpanels : npanels));               \
-                d->pack_tasks = CD_MAX(1, CD_MIN(d->ntasks, npanels));                                 \
-                use_in_place(d->blk.in_place, sizeof(T), d->isz, MR, d->m, d->kc, d->ars, d->acs, d->brs, \
-                             d->bcs, &d->direct_a, &d->direct_b);                                       \
-                if (!d->own_panels && !d->direct_b) rc = cd_parallel_for(d->pack_tasks, 1, packb_task_##T, d); \
-                if (rc == 0) rc = cd_parallel_for(d->ntasks, 1, compute_task_##T, d);                  \
-            }                                                                                          \
-        }                                                                                              \
-        return rc;                                                                                     \
+#define GEN_DRIVER(NAME, T, P, KS, MR, NR, KC, MICRO, ROWS)                                             \
+    typedef struct {                                                                                    \
+        const char *a, *b;                                                                              \
+        int isz;                                                                                        \
+        int64_t m, ars, acs, brs, bcs;                                                                  \
+        T *c;                                                                                           \
+        int64_t ldc;                                                                                    \
+        int64_t j0, nc, p0, kc; /* the current block */                                                 \
+        P *bpack; /* panels hold P: T, or pairs of bf16 along k (KS = 2) */                             \
+        int64_t ntasks, pack_tasks, split_rows;                                                         \
+        int own_panels; /* each task packs the B panels of its own columns as it reaches them */        \
+        int direct_a, direct_b; /* operands read in place, unpacked (see use_in_place) */               \
+        blocking blk;                                                                                   \
+        void (*pack_a)(const void *, int64_t, int64_t, int64_t, int64_t, P *);                          \
+        void (*pack_b)(const void *, int64_t, int64_t, int64_t, int64_t, P *);                          \
+    } drv_##NAME;                                                                                       \
+                                                                                                        \
+    static void range_##NAME(int64_t total, int64_t parts, int64_t t, int64_t *lo, int64_t *hi) {       \
+        *lo = total * t / parts;                                                                        \
+        *hi = total * (t + 1) / parts;                                                                  \
+    }                                                                                                   \
+                                                                                                        \
+    static int packb_task_##NAME(void *vctx, int64_t begin, int64_t end) {                              \
+        const drv_##NAME *d = vctx;                                                                     \
+        const int64_t panels = (d->nc + NR - 1) / NR, steps = (d->kc + KS - 1) / KS;                    \
+        for (int64_t t = begin; t < end; t++) {                                                         \
+            int64_t lo, hi;                                                                             \
+            range_##NAME(panels, d->pack_tasks, t, &lo, &hi);                                           \
+            if (lo >= hi) continue;                                                                     \
+            int64_t j = lo * NR, cols = CD_MIN(d->nc, hi * NR) - j;                                     \
+            d->pack_b(d->b + (d->p0 * d->brs + (d->j0 + j) * d->bcs) * d->isz, d->brs, d->bcs, d->kc,   \
+                      cols, d->bpack + j * steps);                                                      \
+        }                                                                                               \
+        return 0;                                                                                       \
+    }                                                                                                   \
+                                                                                                        \
+    static int compute_task_##NAME(void *vctx, int64_t begin, int64_t end) {                            \
+        const drv_##NAME *d = vctx;                                                                     \
+        const int64_t mpanels = (d->m + MR - 1) / MR, npanels = (d->nc + NR - 1) / NR;                  \
+        const int64_t steps = (d->kc + KS - 1) / KS; /* packed k steps per panel row */                 \
+        /* A read in place needs no L2-sized blocks: its rows run as one block. */                      \
+        const int64_t MC = d->direct_a ? d->m : d->blk.mc;                                              \
+        P *apack = thread_buffer(BUF_A, CD_MIN(MC, d->blk.mc) * steps * (int64_t)sizeof(P));            \
+        /* Tasks pack their own B panels, or only the partial one when B is read in place. */           \
+        const int own = d->own_panels || d->direct_b;                                                   \
+        P *panel = own ? thread_buffer(BUF_PANEL, NR * steps * (int64_t)sizeof(P)) : NULL;              \
+        if (!apack || (own && !panel)) return -1;                                                       \
+        const P *b_in = d->direct_b ? (const P *)d->b + d->p0 * d->brs : NULL;                          \
+        for (int64_t t = begin; t < end; t++) {                                                         \
+            int64_t r0 = 0, r1 = mpanels, c0 = 0, c1 = npanels;                                         \
+            if (d->split_rows) range_##NAME(mpanels, d->ntasks, t, &r0, &r1);                           \
+            else range_##NAME(npanels, d->ntasks, t, &c0, &c1);                                         \
+            int64_t row_end = CD_MIN(d->m, r1 * MR), col_end = CD_MIN(d->nc, c1 * NR);                  \
+            for (int64_t i0 = r0 * MR; i0 < row_end; i0 += MC) {                                        \
+                int64_t mc = CD_MIN(MC, row_end - i0);                                                  \
+                /* Rows read in place leave only a partial last panel to pack. */                       \
+                int64_t packed0 = d->direct_a ? mc / MR * MR : 0;                                       \
+                if (packed0 < mc)                                                                       \
+                    d->pack_a(d->a + ((i0 + packed0) * d->ars + d->p0 * d->acs) * d->isz, d->ars,       \
+                              d->acs, mc - packed0, d->kc, apack);                                      \
+                for (int64_t j = c0 * NR; j < col_end; j += NR) {                                       \
+                    int nr = (int)CD_MIN(NR, col_end - j);                                              \
+                    const P *bp = panel;                                                                \
+                    int64_t ldb = NR;                                                                   \
+                    if (d->direct_b && nr == NR) {                                                      \
+                        bp = b_in + d->j0 + j;                                                          \
+                        ldb = d->brs;                                                                   \
+                    } else if (panel) {                                                                 \
+                        d->pack_b(d->b + (d->p0 * d->brs + (d->j0 + j) * d->bcs) * d->isz, d->brs,      \
+                                  d->bcs, d->kc, nr, panel);                                            \
+                    } else {                                                                            \
+                        bp = d->bpack + j * steps;                                                      \
+                    }                                                                                   \
+                    for (int64_t ir = 0; ir < mc; ir += MR) {                                           \
+                        int mr = (int)CD_MIN(MR, mc - ir);                                              \
+                        T *ct = d->c + (i0 + ir) * d->ldc + d->j0 + j;                                  \
+                        if (ir < packed0)                                                               \
+                            ROWS(d->kc, (const P *)d->a + d->p0 + (i0 + ir) * d->ars, d->ars, bp, ldb,   \
+                                 ct, d->ldc, nr, d->p0 > 0);                                            \
+                        else                                                                            \
+                            MICRO(steps, apack + (ir - packed0) * steps, bp, ldb, ct, d->ldc, mr, nr,   \
+                                  d->p0 > 0);                                                           \
+                    }                                                                                   \
+                }                                                                                       \
+            }                                                                                           \
+        }                                                                                               \
+        return 0;                                                                                       \
+    }                                                                                                   \
+                                                                                                        \
+    static pthread_once_t blk_once_##NAME = PTHREAD_ONCE_INIT;                                          \
+    static blocking blk_##NAME;                                                                         \
+    static void size_##NAME(void) { blk_##NAME = size_blocks(sizeof(P), MR, NR, KC / KS); }             \
+                                                                                                        \
+    static int blocked_##NAME(drv_##NAME *d, int64_t n, int64_t k) {                                    \
+        pthread_once(&blk_once_##NAME, size_##NAME);                                                    \
+        const int64_t NC = blk_##NAME.nc;                                                               \
+        d->blk = blk_##NAME;                                                                            \
+        int64_t kc_max = CD_MIN(KC, k), nc_max = CD_MIN(NC, (n + NR - 1) / NR * NR);                    \
+        /* Rows that fit one MC block use each B panel once: packed by the task that uses it, it        \
+         * stays in L1 instead of going to memory and back (the small-M products of short batches). */  \
+        d->own_panels = d->m <= d->blk.mc;                                                              \
+        int64_t bpack_bytes = (kc_max + KS - 1) / KS * nc_max * (int64_t)sizeof(P);                     \
+        d->bpack = d->own_panels ? NULL : thread_buffer(BUF_B, bpack_bytes);                            \
+        if (!d->own_panels && !d->bpack) return -1;                                                     \
+        int rc = 0;                                                                                     \
+        for (d->j0 = 0; d->j0 < n && rc == 0; d->j0 += NC) {                                            \
+            d->nc = CD_MIN(NC, n - d->j0);                                                              \
+            for (d->p0 = 0; d->p0 < k && rc == 0; d->p0 += KC) {                                        \
+                d->kc = CD_MIN(KC, k - d->p0);                                                          \
+                int64_t mpanels = (d->m + MR - 1) / MR, npanels = (d->nc + NR - 1) / NR;                \
+                int64_t work = d->m * d->nc * d->kc;                                                    \
+                int64_t tasks = CD_MAX(1, CD_MIN(cd_num_threads(), work / (1 << 17)));                  \
+                d->split_rows = mpanels >= 2 * tasks || mpanels >= npanels;                             \
+                d->ntasks = CD_MAX(1, CD_MIN(tasks, d->split_rows ? mpanels : npanels));                \
+                d->pack_tasks = CD_MAX(1, CD_MIN(d->ntasks, npanels));                                  \
+                /* (pairs of bf16 are never in the source: they are always packed) */                 \
+                use_in_place(d->blk.in_place, KS == 1 ? (int64_t)sizeof(P) : 0, d->isz, MR, d->m, d->kc,  \
+                             d->ars, d->acs, d->brs, d->bcs, &d->direct_a, &d->direct_b);               \
+                if (!d->own_panels && !d->direct_b)                                                     \
+                    rc = cd_parallel_for(d->pack_tasks, 1, packb_task_##NAME, d);                       \
+                if (rc == 0) rc = cd_parallel_for(d->ntasks, 1, compute_task_##NAME, d);                \
+            }                                                                                           \
+        }                                                                                               \
+        return rc;                                                                                      \
     }
 
-GEN_DRIVER(float, F32_MR, F32_NR, F32_KC, micro_f32)
-GEN_DRIVER(double, F64_MR, F64_NR, F64_KC, micro_f64)
+GEN_DRIVER(float, float, float, 1, F32_MR, F32_NR, F32_KC, micro_f32, micro_f32_rows)
+GEN_DRIVER(double, double, double, 1, F64_MR, F64_NR, F64_KC, micro_f64, micro_f64_rows)
+#ifdef GEMM_BF16_DOT
+/* bf16 x bf16 with the CPU's bf16 dot product: panels of k pairs, never read in place. */
+#define NO_ROWS(...) ((void)0)
+GEN_DRIVER(bf16dot, float, uint32_t, 2, F32_MR, F32_NR, 2 * F32_KC, micro_bf16, NO_ROWS)
+#endif
 
 /* The pack functions take typed sources; the driver calls them through void. */
 #define PACK_ADAPTER(T, SRC, SRCT)                                                                     \
@@ -538,7 +550,17 @@ static int gemm_entry(int32_t dtype, int64_t m, int64_t n, int64_t k, const void
                    .bcs = bcs, .c = c, .ldc = ldc};
     switch (dtype) {
     case CD_f32: d.pack_a = pa_float_f32; d.pack_b = pb_float_f32; break;
-    case CD_bf16: d.pack_a = pa_float_bf16; d.pack_b = pb_float_bf16; break;
+    case CD_bf16:
+#ifdef GEMM_BF16_DOT
+        if (cd_has_avx512bf16()) {
+            drv_bf16dot e = {.a = a, .b = b, .isz = 2, .m = m, .ars = ars, .acs = acs, .brs = brs, .bcs = bcs,
+                             .c = c, .ldc = ldc, .pack_a = pack_a_bf16_pairs, .pack_b = pack_b_bf16_pairs};
+            return blocked_bf16dot(&e, n, k);
+        }
+#endif
+        d.pack_a = pa_float_bf16;
+        d.pack_b = pb_float_bf16;
+        break;
     case CD_f16: d.pack_a = pa_float_f16; d.pack_b = pb_float_f16; break;
     default: return cd_fail("gemm: unsupported dtype %s", cd_dtype_name(dtype));
     }

@@ -51,6 +51,12 @@ int cd_isa_level(void) {
     return chosen;
 }
 
+int cd_has_avx512bf16(void) {
+    static int has = -1;
+    if (has < 0) has = cd_isa_level() == CD_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
+    return has;
+}
+
 const char *cd_isa(void) {
     static const char *names[] = {"scalar", "avx2", "avx512"};
     return names[cd_isa_level()];
