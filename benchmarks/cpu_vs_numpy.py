@@ -12,7 +12,7 @@ targets of the "CPU backend at BLAS speed" issue:
 - f64 matmul 1024: >= 0.9x.
 
 Also reported, with no target: a bf16 matmul against NumPy's f32 one on the
-same values (NumPy has no bf16 GEMM).
+same values (NumPy has no bf16 GEMM), and the f32 -> f16 / bf16 casts.
 
 Method (as in shared/reference/perf_scripts): each thread count runs in its own
 process with BLAS and candle-api pinned to it; within a repetition the variants
@@ -115,6 +115,11 @@ def cases(quick: bool):
         dict(name=f"rms_norm {shape}", bytes=nbytes, target=2.0, candle=lambda: c.functional.rms_norm(tact, tg, 1e-6),
              numpy=lambda: np_rms_norm(act)),
         dict(name=f"gelu {shape}", bytes=nbytes, target=2.0, candle=lambda: tact.gelu(), numpy=lambda: np_gelu(act)),
+        # casts, reported with no target (NumPy's bf16 is ml_dtypes')
+        dict(name=f"cast f32->f16 {shape}", bytes=act.nbytes * 3 // 2, target=None, candle=lambda: tact.to_dtype("f16"),
+             numpy=lambda: act.astype(np.float16)),
+        dict(name=f"cast f32->bf16 {shape}", bytes=act.nbytes * 3 // 2, target=None,
+             candle=lambda: tact.to_dtype("bf16"), numpy=lambda: act.astype(c.bf16.np)),
     ]
     return out
 

@@ -406,12 +406,20 @@ static inline float f64_to_f32_odd(double d) {
 #define CONVERT(dst, kind, v) CONVERT2(dst, kind, v)
 #define CONVERT2(dst, kind, v) CONVERT_##dst(kind, v)
 
-#define GEN_CAST(src, dst)                                                  \
-    static int cast_##src##_##dst(int64_t n, const void *vx, void *vy) {    \
-        const CD_T_##src *x = vx;                                           \
-        CD_T_##dst *y = vy;                                                 \
-        for (int64_t i = 0; i < n; i++) y[i] = CONVERT(dst, CD_K_##src, CD_LD_##src(x[i])); \
-        return 0;                                                           \
+/* f32 <-> bf16/f16 run on the vector converters of the instruction set in use
+ * (F16C, AVX512-BF16), which round exactly as the scalar code does; the
+ * conditions are constants, so each cast keeps one of the two bodies. */
+#define GEN_CAST(src, dst)                                                                       \
+    static int cast_##src##_##dst(int64_t n, const void *vx, void *vy) {                         \
+        const CD_T_##src *x = vx;                                                                \
+        CD_T_##dst *y = vy;                                                                      \
+        if (CD_##src == CD_f32 && CD_##dst == CD_bf16) cd_f32_to_bf16_n(n, vx, vy);              \
+        else if (CD_##src == CD_f32 && CD_##dst == CD_f16) cd_f32_to_f16_n(n, vx, vy);           \
+        else if (CD_##src == CD_bf16 && CD_##dst == CD_f32) cd_bf16_to_f32_n(n, vx, vy);         \
+        else if (CD_##src == CD_f16 && CD_##dst == CD_f32) cd_f16_to_f32_n(n, vx, vy);           \
+        else                                                                                     \
+            for (int64_t i = 0; i < n; i++) y[i] = CONVERT(dst, CD_K_##src, CD_LD_##src(x[i]));  \
+        return 0;                                                                                \
     }
 /* M(src, dst) for every destination dtype. */
 #define FOR_EACH_DST(M, src) \

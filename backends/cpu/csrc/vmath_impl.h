@@ -213,6 +213,26 @@ static void f32_to_bf16(int64_t n, const float *src, uint16_t *dst) {
     for (; i < n; i++) dst[i] = cd_f32_to_bf16(src[i]);
 }
 
+#if VW == 16
+/* The same with AVX512-BF16's rounding instruction (20% faster in cache).
+ * It flushes subnormal inputs to zero and canonicalizes NaNs, so a block
+ * holding either keeps the bit rounding above: the result never depends on
+ * the instruction set. */
+__attribute__((target("avx512bf16"))) static void f32_to_bf16_cvtne(int64_t n, const float *src, uint16_t *dst) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(src + i);
+        __m512i mag = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
+        __mmask16 subnormal = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(mag, _mm512_set1_epi32(1)),
+                                                     _mm512_set1_epi32(0x7fffff));
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000));
+        if (subnormal | nan) f32_to_bf16(16, src + i, dst + i);
+        else _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(v));
+    }
+    f32_to_bf16(n - i, src + i, dst + i);
+}
+#endif
+
 /* ---- fused rows ------------------------------------------------------------------ */
 static void softmax_row(const float *x, float *y, int64_t n, int take_log) {
     vf mx = vset1(-INFINITY);
@@ -334,7 +354,11 @@ void VMATH_REGISTER(void) {
     cd_set_unary_loop(CD_UNARY_silu, CD_f32, map_silu);
     cd_set_unary_loop(CD_UNARY_gelu, CD_f32, map_gelu);
     cd_set_unary_loop(CD_UNARY_gelu_erf, CD_f32, map_gelu_erf);
+#if VW == 16
+    cd_set_half_converters(f16_to_f32, f32_to_f16, bf16_to_f32, cd_has_avx512bf16() ? f32_to_bf16_cvtne : f32_to_bf16);
+#else
     cd_set_half_converters(f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16);
+#endif
     cd_set_row_kernels(softmax_row, norm_row);
     cd_set_reduce_kernels(sum_f32, extreme_f32);
 }

@@ -78,3 +78,24 @@ def test_float_to_int_casts_saturate(candle_device, src, dst):
     lo, hi = int(info.min), int(info.max)
     want = [0, hi, lo, hi, lo, min(max(3, lo), hi), max(min(-3, hi), lo), 0]
     assert got.tolist() == want
+
+
+@pytest.mark.parametrize("dst", ["bf16", "f16"])
+def test_casts_to_half_round_to_nearest_even(candle_device, dst):
+    """f32 -> bf16/f16 rounds to nearest even bit for bit as ml_dtypes does, keeping
+    subnormals (which a flush-to-zero instruction would lose), infinities, signed
+    zeros and NaN, whether a value sits in a vector block or in the tail."""
+    device = get_device(candle_device)
+    d = get_dtype(dst)
+    tiny = np.finfo(np.float32).smallest_subnormal
+    specials = np.array([1e-40, -1e-42, tiny, -tiny, 1e-39, 6e-8, 3e-5, 1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8,
+                         1 + 2.0 ** -11, 65520.0, 3.4028235e38, -3.4028235e38, math.inf, -math.inf, -0.0, 0.0,
+                         math.nan], dtype=np.float32)
+    normal = np.random.default_rng(0).standard_normal(47).astype(np.float32)
+    x = np.concatenate([normal[:13], specials, normal[13:], specials[:5]])  # specials in blocks and in the tail
+    with np.errstate(over="ignore"):
+        want = x.astype(d.np)
+    got = from_array(x, None, device).to_dtype(d).numpy()
+    nan = np.isnan(want.astype(np.float32))
+    assert np.isnan(got.astype(np.float32))[nan].all()
+    assert got.view(np.uint16)[~nan].tolist() == want.view(np.uint16)[~nan].tolist()
