@@ -176,7 +176,7 @@ static inline uint32_t bf16_pair(const uint16_t *v, int64_t s, int64_t k, int64_
     return v[k * s] | (k + 1 < kc ? (uint32_t)v[(k + 1) * s] << 16 : 0);
 }
 
-/* A panels: dst[q * 14 + r] = rows r's pair q; rows past mc are zero. */
+/* A panels: dst[q * 14 + r] = row r's pair q; rows past mc are zero. */
 static void pack_a_bf16_pairs(const void *src, int64_t rs, int64_t cs, int64_t mc, int64_t kc, uint32_t *dst) {
     const uint16_t *a = src;
     const int64_t kp = (kc + 1) / 2;
