@@ -172,34 +172,35 @@ GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
  *   at a time, so four streams are in flight.
  * The axpy form prefetches each row stream into L2 GEMV_AHEAD bytes ahead, one
  * line per row per step: with the hardware prefetchers alone one core draws
- * ~15% less bandwidth (1x4096 @ 4096x4096 f32 on Zen 4: 1.17x OpenBLAS's sgemv
- * with it, 0.98x without, paired in one process). */
+ * ~10% less bandwidth (1x4096 @ 4096x4096 f32, 1 thread, Zen 4: 1.05-1.13x
+ * OpenBLAS's sgemv with it, 0.96-1.01x without, paired in one process). */
 #define GEMV_AHEAD 1024
 #define AXPY8_SUM(rr, j, LD)                                                                         \
     (w[0] * LD(rr[j]) + w[1] * LD(rr[ms + j]) + w[2] * LD(rr[2 * ms + j]) + w[3] * LD(rr[3 * ms + j]) + \
      w[4] * LD(rr[4 * ms + j]) + w[5] * LD(rr[5 * ms + j]) + w[6] * LD(rr[6 * ms + j]) +             \
      w[7] * LD(rr[7 * ms + j]))
-#define AXPY8(j0, j1)                                                                                \
-    _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) y[j] += AXPY8_SUM(r, j, LD_SAME);
+/* y[j0..j1) += the eight rows' terms, each element of r loaded through LD. */
+#define AXPY8(j0, j1, LD)                                                                            \
+    _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) y[j] += AXPY8_SUM(r, j, LD);
 /* The same over one cache line at j0, its length a constant. */
-#define AXPY8_LINE(j0, len)                                                                          \
+#define AXPY8_LINE(j0, len, LD)                                                                      \
     {                                                                                                \
         __typeof__(y) yl = y + (j0);                                                                 \
         __typeof__(r) rl = r + (j0);                                                                 \
-        _Pragma("omp simd") for (int v = 0; v < (len); v++) yl[v] += AXPY8_SUM(rl, v, LD_SAME);      \
+        _Pragma("omp simd") for (int v = 0; v < (len); v++) yl[v] += AXPY8_SUM(rl, v, LD);           \
     }
-/* AX (AXPY8 or AXPY8_BF16) over columns j0..n of rows of TE, a cache line at a
- * time, with the prefetches ahead (kept inside the rows). */
-#define AXPY8_STREAM(AX, TE, j0, n)                                                                  \
+/* AXPY8 over columns j0..n of rows of TE, a cache line at a time, with the
+ * prefetches ahead (kept inside the rows). */
+#define AXPY8_STREAM(TE, LD, j0, n)                                                                  \
     {                                                                                                \
         enum { LINE = 64 / sizeof(TE), AHEAD = GEMV_AHEAD / sizeof(TE) };                            \
         int64_t jl = j0;                                                                             \
         for (; jl + LINE <= n; jl += LINE) {                                                         \
             if (jl + AHEAD < n)                                                                      \
                 for (int i = 0; i < 8; i++) __builtin_prefetch(r + i * ms + jl + AHEAD, 0, 2);       \
-            AX##_LINE(jl, LINE)                                                                      \
+            AXPY8_LINE(jl, LINE, LD)                                                                 \
         }                                                                                            \
-        AX(jl, n)                                                                                    \
+        AXPY8(jl, n, LD)                                                                             \
     }
 #define GEN_GEMV(T)                                                                                  \
     static void axpy_rows_##T(int64_t n, const T *x, int64_t xs, const T *m, int64_t ms, int64_t k,  \
@@ -212,8 +213,8 @@ GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
             for (int i = 0; i < 8; i++) w[i] = x[(p + i) * xs];                                      \
             /* a few leading columns, so the row loads of the rest are aligned */                    \
             const int64_t head = CD_MIN(n, (int64_t)((64 - (uintptr_t)r % 64) % 64 / sizeof(T)));     \
-            AXPY8(0, head)                                                                           \
-            AXPY8_STREAM(AXPY8, T, head, n)                                                          \
+            AXPY8(0, head, LD_SAME)                                                                  \
+            AXPY8_STREAM(T, LD_SAME, head, n)                                                        \
         }                                                                                            \
         for (; p < k; p++) {                                                                         \
             const T xp = x[p * xs], *mp = m + p * ms;                                                \
@@ -249,14 +250,6 @@ GEN_GEMV(double)
 
 /* bf16 rows widened to f32 as they stream (a 16-bit shift), accumulated in f32:
  * decoding with bf16 weights reads half the bytes of f32 ones. */
-#define AXPY8_BF16(j0, j1)                                                                           \
-    _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) y[j] += AXPY8_SUM(r, j, cd_bf16_to_f32);
-#define AXPY8_BF16_LINE(j0, len)                                                                     \
-    {                                                                                                \
-        __typeof__(y) yl = y + (j0);                                                                 \
-        __typeof__(r) rl = r + (j0);                                                                 \
-        _Pragma("omp simd") for (int v = 0; v < (len); v++) yl[v] += AXPY8_SUM(rl, v, cd_bf16_to_f32); \
-    }
 static void axpy_rows_bf16(int64_t n, const uint16_t *x, int64_t xs, const uint16_t *m, int64_t ms, int64_t k,
                            float *y) {
     for (int64_t j = 0; j < n; j++) y[j] = 0;
@@ -265,7 +258,7 @@ static void axpy_rows_bf16(int64_t n, const uint16_t *x, int64_t xs, const uint1
         const uint16_t *r = m + p * ms;
         float w[8];
         for (int i = 0; i < 8; i++) w[i] = cd_bf16_to_f32(x[(p + i) * xs]);
-        AXPY8_STREAM(AXPY8_BF16, uint16_t, 0, n)
+        AXPY8_STREAM(uint16_t, cd_bf16_to_f32, 0, n)
     }
     for (; p < k; p++) {
         const float xp = cd_bf16_to_f32(x[p * xs]);
