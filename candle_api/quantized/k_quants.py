@@ -210,6 +210,13 @@ def dequantize_q2_k(b):
     return (dl * q - ml).reshape(n, QK_K)
 
 
+def _signed_scale(top, live, nmax: int):
+    """ggml's per-block scale from the signed absmax ``top``: iscale = -nmax / top
+    and d = 1 / iscale where ``live``, both 0 elsewhere (f32)."""
+    iscale = np.where(live, F32(-nmax) / np.where(live, top, F32(1)), F32(0))
+    return iscale, np.where(live, F32(1) / np.where(live, iscale, F32(1)), F32(0))
+
+
 # ---- Q3_K ------------------------------------------------------------------------------
 
 def quantize_q3_k(x):
@@ -219,9 +226,9 @@ def quantize_q3_k(x):
     scales = scales.reshape(n, 16)
     top = signed_absmax(scales)
     live = top != 0
-    iscale = np.where(live, F32(-32) / np.where(live, top, F32(1)), F32(0))
+    iscale, d = _signed_scale(top, live, 32)
     levels = np.where(live[:, None], nearest(iscale[:, None] * scales, -32, 31) + 32, F32(0))
-    d = np.where(live, F32(1) / np.where(live, iscale, F32(1)), F32(0)).astype(np.float16)
+    d = d.astype(np.float16)
     L = _symmetric_requantize(sub, L, _sub_scales(d, levels, 32), 4).reshape(n, QK_K).astype(np.uint8)
     return records(BLOCK_Q3_K, hmask=pack_bit_planes(L >> 2), qs=pack_crumbs(L & 3, 32),
                    scales=_pack_q3_scales(levels.astype(np.uint8)), d=d)
@@ -295,8 +302,8 @@ def quantize_q6_k(x):
     scales = scales.reshape(n, 16)
     top = signed_absmax(scales)
     live = np.abs(top) >= GROUP_MAX_EPS  # ggml zeroes the whole block otherwise
-    iscale = np.where(live, F32(-128) / np.where(live, top, F32(1)), F32(0))
-    d = np.where(live, F32(1) / np.where(live, iscale, F32(1)), F32(0)).astype(np.float16)
+    iscale, d = _signed_scale(top, live, 128)
+    d = d.astype(np.float16)
     levels = np.where(live[:, None], nearest(iscale[:, None] * scales, -128, 127), F32(0))
     L = _symmetric_requantize(sub, L, _sub_scales(d, levels), 32).reshape(n, QK_K)
     L = np.where(live[:, None], L, F32(0)).astype(np.uint8)
@@ -318,10 +325,9 @@ def dequantize_q6_k(b):
 def quantize_q8_k(x):
     top = signed_absmax(x)
     live = top != 0
-    iscale = np.where(live, F32(-127) / np.where(live, top, F32(1)), F32(0))
+    iscale, d = _signed_scale(top, live, 127)
     qs = nearest(iscale[:, None] * x, -128, 127).astype(np.int8)
     bsums = qs.reshape(len(x), 16, 16).sum(axis=2, dtype=np.int16)
-    d = np.where(live, F32(1) / np.where(live, iscale, F32(1)), F32(0))
     return records(BLOCK_Q8_K, d=d, qs=qs, bsums=bsums)
 
 

@@ -46,15 +46,16 @@
     _mm_prefetch((const char *)(c + (i) * ldc), _MM_HINT_T0);          \
     _mm_prefetch((const char *)(c + (i) * ldc + W), _MM_HINT_T0);
 /* The tile body: accumulates kc steps of A (row i at a[i * ars], the next k
- * acs further on) times B (rows ldb apart), then stores or adds the tile. */
-#define MICRO_BODY(R, S, ACS)                                                                   \
+ * acs further on) times B (rows ldb apart, two vectors of BT loaded by BLOAD,
+ * multiplied in by STEPM), then stores or adds the tile. */
+#define MICRO_BODY_WITH(R, S, ACS, BT, BLOAD, STEPM)                                            \
     const int W = LANES(S);                                                                     \
     ROWS##R(PREF, S)                                                                            \
     ROWS##R(DECL, S)                                                                            \
-    const ELEM(S) *a7 = a + 7 * ars;                                                            \
+    const __typeof__(*a) *a7 = a + 7 * ars;                                                     \
     for (int64_t p = 0; p < kc; p++, a += (ACS), a7 += (ACS), b += ldb) {                       \
-        const VEC(S) b0 = OP(loadu, S)(b), b1 = OP(loadu, S)(b + W);                            \
-        ROWS##R(STEP, S)                                                                        \
+        const BT b0 = BLOAD(b), b1 = BLOAD(b + W);                                              \
+        ROWS##R(STEPM, S)                                                                       \
     }                                                                                           \
     if (mr == R && nr == 2 * W) {                                                               \
         ROWS##R(STORE_FULL, S)                                                                  \
@@ -64,6 +65,7 @@
         const unsigned m1 = nr >= 2 * W ? full : nr > W ? (1u << (nr - W)) - 1 : 0;             \
         ROWS##R(STORE_PART, S)                                                                  \
     }
+#define MICRO_BODY(R, S, ACS) MICRO_BODY_WITH(R, S, ACS, VEC(S), OP(loadu, S), STEP)
 /* A kernel for tiles of at most R rows of a packed A panel (always 14 wide),
  * so an edge panel of a few rows costs a few rows' work. */
 #define GEN_MICRO(NAME, R, S)                                                                   \
@@ -146,28 +148,18 @@ static void tpack_f32(const float *src, int64_t ld, int w, int64_t kc, int W, fl
  * calls it only when the CPU has it (cd_has_avx512bf16). */
 #define BF16_STEP(i, S)                                                          \
     {                                                                            \
-        const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);             \
+        const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)A_AT(i));          \
         c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                           \
         c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                           \
     }
-__attribute__((target("avx512bf16"))) static void micro_bf16(int64_t kp, const uint32_t *restrict a,
+#define LOAD_BF16_PAIRS(p) ((__m512bh)_mm512_loadu_si512(p))
+/* kc: k pairs. */
+__attribute__((target("avx512bf16"))) static void micro_bf16(int64_t kc, const uint32_t *restrict a,
                                                               const uint32_t *restrict b, int64_t ldb,
                                                               float *restrict c, int64_t ldc, int mr, int nr,
                                                               int accumulate) {
-    const int W = 16;
-    ROWS14(PREF, ps)
-    ROWS14(DECL, ps)
-    for (int64_t q = 0; q < kp; q++, a += 14, b += ldb) {
-        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + W);
-        ROWS14(BF16_STEP, ps)
-    }
-    if (mr == 14 && nr == 2 * W) {
-        ROWS14(STORE_FULL, ps)
-    } else {
-        const unsigned m0 = nr >= W ? 0xffff : (1u << nr) - 1;
-        const unsigned m1 = nr >= 2 * W ? 0xffff : nr > W ? (1u << (nr - W)) - 1 : 0;
-        ROWS14(STORE_PART, ps)
-    }
+    const int64_t ars = 1;
+    MICRO_BODY_WITH(14, ps, 14, __m512bh, LOAD_BF16_PAIRS, BF16_STEP)
 }
 
 /* The 32-bit word holding elements k and k + 1 of a bf16 vector with stride s

@@ -25,25 +25,30 @@ static int supported(int isa) {
     }
 }
 
-static int chosen = -1;
+static const char *const NAMES[] = {"scalar", "avx2", "avx512"};
+static int chosen = -1, bf16_dot;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-static void choose(void) {
-    static const char *names[] = {"scalar", "avx2", "avx512"};
+/* The best set, or CANDLE_CPU_ISA's when this CPU supports it. */
+static int pick(void) {
     const char *env = getenv("CANDLE_CPU_ISA");
     int best = supported(CD_ISA_AVX512) ? CD_ISA_AVX512 : supported(CD_ISA_AVX2) ? CD_ISA_AVX2 : CD_ISA_SCALAR;
-    chosen = best;
-    if (env && *env) {
-        for (int i = 0; i < 3; i++) {
-            if (strcmp(env, names[i]) == 0) {
-                if (supported(i)) chosen = i;
-                else fprintf(stderr, "candle-backend-cpu: CANDLE_CPU_ISA=%s is not supported here, using %s\n", env,
-                             names[best]);
-                return;
-            }
+    if (!env || !*env) return best;
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(env, NAMES[i]) == 0) {
+            if (supported(i)) return i;
+            fprintf(stderr, "candle-backend-cpu: CANDLE_CPU_ISA=%s is not supported here, using %s\n", env,
+                    NAMES[best]);
+            return best;
         }
-        fprintf(stderr, "candle-backend-cpu: ignoring CANDLE_CPU_ISA=%s (avx512, avx2 or scalar)\n", env);
     }
+    fprintf(stderr, "candle-backend-cpu: ignoring CANDLE_CPU_ISA=%s (avx512, avx2 or scalar)\n", env);
+    return best;
+}
+
+static void choose(void) {
+    chosen = pick();
+    bf16_dot = chosen == CD_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
 }
 
 int cd_isa_level(void) {
@@ -52,15 +57,11 @@ int cd_isa_level(void) {
 }
 
 int cd_has_avx512bf16(void) {
-    static int has = -1;
-    if (has < 0) has = cd_isa_level() == CD_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
-    return has;
+    pthread_once(&once, choose);
+    return bf16_dot;
 }
 
-const char *cd_isa(void) {
-    static const char *names[] = {"scalar", "avx2", "avx512"};
-    return names[cd_isa_level()];
-}
+const char *cd_isa(void) { return NAMES[cd_isa_level()]; }
 
 /* Installs the vector loops of the chosen set when the library loads. */
 __attribute__((constructor)) static void install_vector_kernels(void) {
