@@ -1,0 +1,41 @@
+/* Memory-bandwidth references for cpu_vs_numpy.py, which compiles this into a
+ * shared library and calls it through ctypes: a plain read and a plain copy of
+ * a buffer, split over OMP_NUM_THREADS threads in contiguous slices. They are
+ * the walls for kernels that stream memory: a decode matrix-vector product
+ * reads its matrix once per call, an element-wise op reads and writes once. */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The sum of x[0..n): four vector accumulators, so the adds keep up with the
+ * loads. */
+double stream_read(const float *x, int64_t n) {
+    double total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (int64_t block = 0; block < n / 32; block += 1024) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        const int64_t end = (block + 1024 < n / 32 ? block + 1024 : n / 32) * 32;
+        for (int64_t i = block * 32; i < end; i += 32) {
+            a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+            a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+            a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
+            a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
+        }
+        float lanes[8];
+        _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        for (int i = 0; i < 8; i++) total += lanes[i];
+    }
+    for (int64_t i = n / 32 * 32; i < n; i++) total += x[i];
+    return total;
+}
+
+/* dst[0..n) = src[0..n), each thread copying one contiguous slice. */
+void stream_copy(float *dst, const float *src, int64_t n) {
+#pragma omp parallel
+    {
+        const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+        const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
+        memcpy(dst + begin, src + begin, (size_t)(end - begin) * sizeof(float));
+    }
+}
