@@ -23,8 +23,12 @@ def workload(seed: int) -> list[np.ndarray]:
     q, k, v = (c.Tensor(rng.standard_normal((2, 4, 100, 32)).astype(np.float32)) for _ in range(3))
     row = c.Tensor(rng.standard_normal((1, 600)).astype(np.float32))
     tall = c.Tensor(rng.standard_normal((600, 300)).astype(np.float32))
+    row3 = c.Tensor(rng.standard_normal((1, 1100)).astype(np.float32))
+    tall3 = c.Tensor(rng.standard_normal((1100, 200)).astype(np.float32))
     return [
         (row @ tall).numpy(),  # a GEMV large enough to be cut into K slices
+        (row3 @ tall3).numpy(),  # three K slices: on two threads, output ranges too
+        (row3.to_dtype("bf16") @ tall3.to_dtype("bf16")).to_dtype("f32").numpy(),
         c.functional.scaled_dot_product_attention(q, k, v, is_causal=True).numpy(),
         (big @ w).numpy(),
         big.softmax(-1).numpy(),

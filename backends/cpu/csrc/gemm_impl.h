@@ -268,11 +268,11 @@ static void axpy_rows_bf16(int64_t n, const uint16_t *x, int64_t xs, const uint1
     }
 }
 
-/* The axpy form splits K into fixed slices of GEMV_KSLICE rows, each summed
- * into its own partial row and the partials added in slice order: a thread
- * then streams whole rows of M (contiguous memory, which the prefetchers
- * follow across pages), and the result still does not depend on the thread
- * count. */
+/* The axpy form splits K into slices of at most GEMV_KSLICE rows, of equal
+ * size, each summed into its own partial row and the partials added in slice
+ * order: a thread then streams whole rows of M (contiguous memory, which the
+ * prefetchers follow across pages), and the result still does not depend on
+ * the thread count. */
 #define GEMV_KSLICE 512
 
 typedef struct {
@@ -284,6 +284,7 @@ typedef struct {
     int64_t ys;         /* output stride */
     int64_t parts;      /* output ranges, in multiples of 64 */
     int64_t kparts;     /* K slices (axpy form) */
+    int64_t slice;      /* rows per K slice, a multiple of 8 but in the last */
     char *partial;      /* kparts rows of n partial sums, when kparts > 1 */
 } gemv_ctx;
 
@@ -310,7 +311,7 @@ static int gemv_task(void *vctx, int64_t begin, int64_t end) {
                             (double *)g->y + j0 * g->ys, g->ys);
             continue;
         }
-        int64_t slice = g->kparts > 1 ? GEMV_KSLICE : g->k, p0 = kp * slice, rows = CD_MIN(g->k, p0 + slice) - p0;
+        int64_t p0 = kp * g->slice, rows = CD_MIN(g->k, p0 + g->slice) - p0;
         char *y = g->kparts > 1 ? g->partial + kp * g->n * out_size(g) : g->y;
         if (g->esz == 2)
             axpy_rows_bf16(j1 - j0, (const uint16_t *)g->x + p0 * g->xs, g->xs,
@@ -345,6 +346,8 @@ static int gemv_sum_task(void *vctx, int64_t begin, int64_t end) {
     return 0;
 }
 
+static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
+
 /* Tries the GEMV forms; returns 1 when it handled the product. esz 2: bf16
  * operands and an f32 c, the axpy form only. */
 static int try_gemv(int esz, int64_t m, int64_t n, int64_t k, const char *a, int64_t ars, int64_t acs,
@@ -352,17 +355,23 @@ static int try_gemv(int esz, int64_t m, int64_t n, int64_t k, const char *a, int
     gemv_ctx g;
     if (esz == 2 && !(m == 1 && bcs == 1)) return 0;
     if (m == 1 && bcs == 1) /* c = a @ B, B's rows contiguous */
-        g = (gemv_ctx){esz, 0, n, k, a, b, acs, brs, c, 1, 0, 1, NULL};
+        g = (gemv_ctx){esz, 0, n, k, a, b, acs, brs, c, 1, 0, 1, k, NULL};
     else if (m == 1 && brs == 1 && acs == 1) /* c[j] = a . B[:, j] */
-        g = (gemv_ctx){esz, 1, n, k, a, b, 1, bcs, c, 1, 0, 1, NULL};
+        g = (gemv_ctx){esz, 1, n, k, a, b, 1, bcs, c, 1, 0, 1, k, NULL};
     else if (n == 1 && acs == 1 && brs == 1) /* c[i] = A[i, :] . b */
-        g = (gemv_ctx){esz, 1, m, k, b, a, 1, ars, c, ldc, 0, 1, NULL};
+        g = (gemv_ctx){esz, 1, m, k, b, a, 1, ars, c, ldc, 0, 1, k, NULL};
     else
         return 0;
     /* Slicing depends on the size alone, not on the thread count, so the sums are the same on any. */
-    if (!g.dot_form && g.n * k >= 2 << 16) g.kparts = (k + GEMV_KSLICE - 1) / GEMV_KSLICE;
-    int64_t threads = CD_MIN(cd_num_threads(), g.n * k / (1 << 16));
-    g.parts = CD_MAX(1, CD_MIN(CD_MAX(1, threads / g.kparts), g.n / 64));
+    if (!g.dot_form && g.n * k >= 2 << 16) {
+        const int64_t slices = (k + GEMV_KSLICE - 1) / GEMV_KSLICE;
+        g.slice = ((k + slices - 1) / slices + 7) / 8 * 8;
+        g.kparts = (k + g.slice - 1) / g.slice;
+    }
+    /* Output ranges (whose bounds change no result) make the tasks a multiple
+     * of the threads: 3 slices on 2 threads would leave one idle a third of the time. */
+    int64_t threads = CD_MAX(1, CD_MIN(cd_num_threads(), g.n * k / (1 << 16)));
+    g.parts = CD_MAX(1, CD_MIN(threads / gcd(g.kparts, threads), g.n / 64));
     if (g.kparts == 1) {
         *rc = cd_parallel_for(g.parts, 1, gemv_task, &g);
         return 1;
