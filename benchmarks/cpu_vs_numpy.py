@@ -129,17 +129,21 @@ def cases(quick: bool):
     return out
 
 
+def compiled(name: str, out: str, *flags: str) -> Path:
+    """benchmarks/NAME.c built with gcc into $TMPDIR/OUT, unless already newer than its source."""
+    exe = Path(os.environ.get("TMPDIR", "/tmp")) / out
+    src = HERE / f"{name}.c"
+    if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
+        subprocess.run(["gcc", "-O2", "-mavx2", *flags, str(src), "-o", str(exe)], check=True, capture_output=True)
+    return exe
+
+
 @functools.cache
 def stream_lib():
     """benchmarks/stream.c compiled here (cached): plain parallel reads and copies."""
     import ctypes
 
-    lib_path = Path(os.environ.get("TMPDIR", "/tmp")) / "candle_bench_stream.so"
-    src = HERE / "stream.c"
-    if not lib_path.exists() or lib_path.stat().st_mtime < src.stat().st_mtime:
-        subprocess.run(["gcc", "-O2", "-mavx2", "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(lib_path)],
-                       check=True)
-    lib = ctypes.CDLL(str(lib_path))
+    lib = ctypes.CDLL(str(compiled("stream", "candle_bench_stream.so", "-fopenmp", "-shared", "-fPIC")))
     lib.stream_read.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     lib.stream_read.restype = ctypes.c_double
     lib.stream_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
@@ -204,12 +208,8 @@ def measure(threads: int, quick: bool) -> dict:
 
 def peak_gflops(threads: int) -> float | None:
     """The machine's FMA peak, measured by compiling benchmarks/peak_fma.c (None without gcc)."""
-    exe = Path(os.environ.get("TMPDIR", "/tmp")) / "candle_peak_fma"
-    src = HERE / "peak_fma.c"
     try:
-        if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
-            subprocess.run(["gcc", "-O2", "-mavx2", "-mfma", "-pthread", str(src), "-o", str(exe)], check=True,
-                           capture_output=True)
+        exe = compiled("peak_fma", "candle_peak_fma", "-mfma", "-pthread")
         out = subprocess.run([str(exe), str(threads)], capture_output=True, text=True, check=True).stdout
         return float(out.split()[0])
     except (OSError, subprocess.CalledProcessError, ValueError):
