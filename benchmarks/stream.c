@@ -7,15 +7,23 @@
 #include <omp.h>
 #include <stdint.h>
 
-/* The sum of x[0..n): four vector accumulators, so the adds keep up with the
- * loads. */
+/* This thread's contiguous slice [begin, end) of n elements. */
+static void my_slice(int64_t n, int64_t *begin, int64_t *end) {
+    const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+    *begin = n * t / threads;
+    *end = n * (t + 1) / threads;
+}
+
+/* The sum of x[0..n): four vector accumulators per thread, so the adds keep
+ * up with the loads. */
 double stream_read(const float *x, int64_t n) {
     double total = 0;
-#pragma omp parallel for schedule(static) reduction(+ : total)
-    for (int64_t block = 0; block < n / 32; block += 1024) {
+#pragma omp parallel reduction(+ : total)
+    {
+        int64_t i, end;
+        my_slice(n, &i, &end);
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        const int64_t end = (block + 1024 < n / 32 ? block + 1024 : n / 32) * 32;
-        for (int64_t i = block * 32; i < end; i += 32) {
+        for (; i + 32 <= end; i += 32) {
             a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
             a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
             a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
@@ -23,9 +31,9 @@ double stream_read(const float *x, int64_t n) {
         }
         float lanes[8];
         _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-        for (int i = 0; i < 8; i++) total += lanes[i];
+        for (int l = 0; l < 8; l++) total += lanes[l];
+        for (; i < end; i++) total += x[i];
     }
-    for (int64_t i = n / 32 * 32; i < n; i++) total += x[i];
     return total;
 }
 
@@ -35,9 +43,8 @@ double stream_read(const float *x, int64_t n) {
 void stream_copy(float *dst, const float *src, int64_t n) {
 #pragma omp parallel
     {
-        const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
-        const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
-        int64_t i = begin;
+        int64_t i, end;
+        my_slice(n, &i, &end);
         for (; i + 32 <= end; i += 32) {
             _mm256_storeu_ps(dst + i, _mm256_loadu_ps(src + i));
             _mm256_storeu_ps(dst + i + 8, _mm256_loadu_ps(src + i + 8));

@@ -206,26 +206,31 @@ GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
         }                                                                                            \
         AXPY8(jl, n, LD)                                                                             \
     }
-#define GEN_GEMV(T)                                                                                  \
-    static void axpy_rows_##T(int64_t n, const T *x, int64_t xs, const T *m, int64_t ms, int64_t k,  \
-                              T *y) {                                                                \
+/* y = x @ M over k rows of n elements of TE, loaded through LD into TA (the
+ * type of x's weights and of y). */
+#define GEN_AXPY_ROWS(NAME, TE, TA, LD)                                                              \
+    static void axpy_rows_##NAME(int64_t n, const TE *x, int64_t xs, const TE *m, int64_t ms,        \
+                                 int64_t k, TA *y) {                                                 \
         for (int64_t j = 0; j < n; j++) y[j] = 0;                                                    \
         int64_t p = 0;                                                                               \
         for (; p + 8 <= k; p += 8) { /* eight row streams in flight */                               \
-            const T *r = m + p * ms;                                                                 \
-            T w[8];                                                                                  \
-            for (int i = 0; i < 8; i++) w[i] = x[(p + i) * xs];                                      \
+            const TE *r = m + p * ms;                                                                \
+            TA w[8];                                                                                 \
+            for (int i = 0; i < 8; i++) w[i] = LD(x[(p + i) * xs]);                                  \
             /* a few leading columns, so the row loads of the rest are aligned */                    \
-            const int64_t head = CD_MIN(n, (int64_t)((64 - (uintptr_t)r % 64) % 64 / sizeof(T)));     \
-            AXPY8(0, head, LD_SAME)                                                                  \
-            AXPY8_STREAM(T, LD_SAME, head, n)                                                        \
+            const int64_t head = CD_MIN(n, (int64_t)((64 - (uintptr_t)r % 64) % 64 / sizeof(TE)));    \
+            AXPY8(0, head, LD)                                                                       \
+            AXPY8_STREAM(TE, LD, head, n)                                                            \
         }                                                                                            \
         for (; p < k; p++) {                                                                         \
-            const T xp = x[p * xs], *mp = m + p * ms;                                                \
+            const TA xp = LD(x[p * xs]);                                                             \
+            const TE *mp = m + p * ms;                                                               \
             _Pragma("omp simd")                                                                      \
-            for (int64_t j = 0; j < n; j++) y[j] += xp * mp[j];                                      \
+            for (int64_t j = 0; j < n; j++) y[j] += xp * LD(mp[j]);                                  \
         }                                                                                            \
-    }                                                                                                \
+    }
+#define GEN_GEMV(T)                                                                                  \
+    GEN_AXPY_ROWS(T, T, T, LD_SAME)                                                                  \
     static void dot4_##T(int64_t k, const T *x, const T *v, int64_t vs, int64_t count, T *y, int64_t ys) { \
         int64_t j = 0;                                                                               \
         for (; j + 4 <= count; j += 4) {                                                             \
@@ -254,23 +259,7 @@ GEN_GEMV(double)
 
 /* bf16 rows widened to f32 as they stream (a 16-bit shift), accumulated in f32:
  * decoding with bf16 weights reads half the bytes of f32 ones. */
-static void axpy_rows_bf16(int64_t n, const uint16_t *x, int64_t xs, const uint16_t *m, int64_t ms, int64_t k,
-                           float *y) {
-    for (int64_t j = 0; j < n; j++) y[j] = 0;
-    int64_t p = 0;
-    for (; p + 8 <= k; p += 8) {
-        const uint16_t *r = m + p * ms;
-        float w[8];
-        for (int i = 0; i < 8; i++) w[i] = cd_bf16_to_f32(x[(p + i) * xs]);
-        AXPY8_STREAM(uint16_t, cd_bf16_to_f32, 0, n)
-    }
-    for (; p < k; p++) {
-        const float xp = cd_bf16_to_f32(x[p * xs]);
-        const uint16_t *mp = m + p * ms;
-        _Pragma("omp simd")
-        for (int64_t j = 0; j < n; j++) y[j] += xp * cd_bf16_to_f32(mp[j]);
-    }
-}
+GEN_AXPY_ROWS(bf16, uint16_t, float, cd_bf16_to_f32)
 
 /* The axpy form splits K into slices of at most GEMV_KSLICE rows, of equal
  * size, each summed into its own partial row and the partials added in slice
