@@ -16,6 +16,8 @@ def workload(seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     big = c.Tensor(rng.standard_normal((256, 384)).astype(np.float32))
     w = c.Tensor(rng.standard_normal((384, 320)).astype(np.float32))
+    mid = c.Tensor(rng.standard_normal((64, 384)).astype(np.float32))
+    wide = c.Tensor(rng.standard_normal((384, 640)).astype(np.float32))
     small = c.Tensor(rng.standard_normal((3, 5)).astype(np.float32))
     ids = c.tensor(rng.integers(0, 256, size=100), dtype="u32")
     img = c.Tensor(rng.standard_normal((2, 3, 32, 32)).astype(np.float32))
@@ -31,6 +33,7 @@ def workload(seed: int) -> list[np.ndarray]:
         (row3.to_dtype("bf16") @ tall3.to_dtype("bf16")).to_dtype("f32").numpy(),
         c.functional.scaled_dot_product_attention(q, k, v, is_causal=True).numpy(),
         (big @ w).numpy(),
+        (mid @ wide).numpy(),  # few rows: threads split the columns
         big.softmax(-1).numpy(),
         big.sum_all().numpy(),
         big.t().contiguous().exp().sum(0).numpy(),
