@@ -13,8 +13,10 @@ targets of the "CPU backend at BLAS speed" issue:
   composite expression, also in GB/s against a parallel copy's, measured here;
 - f64 matmul 1024: >= 0.9x.
 
-Also reported, with no target: a bf16 matmul against NumPy's f32 one on the
-same values (NumPy has no bf16 GEMM), and the f32 -> f16 / bf16 casts.
+Also reported, with no target: a short-sequence feed-forward product (64 x 384
+@ 384 x 1536, MiniLM's), causal attention, a bf16 matmul against NumPy's f32
+one on the same values (NumPy has no bf16 GEMM), and the f32 -> f16 / bf16
+casts.
 
 Method (as in shared/reference/perf_scripts): each thread count runs in its own
 process with BLAS and candle-api pinned to it; within a repetition the variants
@@ -67,6 +69,11 @@ def cases(quick: bool):
     tq, tk = c.from_numpy(q), c.from_numpy(k)
     out.append(dict(name="attention 12x(128x64 @ 64x128)", flops=2 * 12 * 128 * 128 * 64, target=1.0,
                     candle=lambda: tq @ tk, numpy=lambda: q @ k))
+    # few rows and a wide B: the threads split B's columns
+    xs, wf = f32(64, 384), f32(384, 1536)
+    txs, twf = c.from_numpy(xs), c.from_numpy(wf)
+    out.append(dict(name="feed-forward 64x384 @ 384x1536", flops=2 * 64 * 384 * 1536, target=None,
+                    candle=lambda: txs @ twf, numpy=lambda: xs @ wf))
     hq, hk, hv = f32(1, 12, 512, 64), f32(1, 12, 512, 64), f32(1, 12, 512, 64)
     thq, thk, thv = c.from_numpy(hq), c.from_numpy(hk), c.from_numpy(hv)
     causal = np.tril(np.ones((512, 512), bool))
