@@ -405,23 +405,32 @@ static void use_in_place(int64_t span, int64_t esz, int64_t isz, int64_t mr, int
     *direct_b = isz == esz && bcs == 1 && kc * brs * esz <= span;
 }
 
+/* Task t's share [lo, hi) of `total` panels dealt out to `parts` tasks. */
+static void task_range(int64_t total, int64_t parts, int64_t t, int64_t *lo, int64_t *hi) {
+    *lo = total * t / parts;
+    *hi = total * (t + 1) / parts;
+}
+
 /* Whether the tasks split C's rows rather than its columns: whichever leaves
  * the busiest task less work, counted in microkernel tiles (a partial row
  * panel in proportion to its rows) plus the panels it packs, at pack_a and
  * pack_b tiles a panel. A column split has every task pack all of A's panels;
  * a row split within one block of rows, every task all of B's (past it they
  * are packed once and shared). The costs, measured on Zen 4: half a tile a
- * panel from L2, two for an A that does not fit there. With 2 threads this
- * splits the columns of 64..128 x 384 @ 384 x 1536 (MiniLM's feed-forward on
- * short sequences), 10-22% faster than rows (which left a task 3 row panels
- * of 5), and keeps rows where A's packing would be repeated (4096 x 256 @ 256
- * x 384: 39% slower split by columns). */
+ * panel from L2 (PACK_NEAR), two for an A that does not fit there (PACK_FAR).
+ * With 2 threads this splits the columns of 64..128 x 384 @ 384 x 1536
+ * (MiniLM's feed-forward on short sequences), 10-22% faster than rows (which
+ * left a task 3 row panels of 5), and keeps rows where A's packing would be
+ * repeated (4096 x 256 @ 256 x 384: 39% slower split by columns). */
+#define PACK_NEAR 0.5
+#define PACK_FAR 2.0
 static int split_rows_cheaper(int64_t m, int64_t mr, int64_t tasks, int64_t mpanels, int64_t npanels, double pack_a,
                               double pack_b) {
     const int64_t rt = CD_MIN(tasks, mpanels), ct = CD_MIN(tasks, npanels), mine = (npanels + ct - 1) / ct;
     double rows = 0;
     for (int64_t t = 0; t < rt; t++) {
-        const int64_t lo = mpanels * t / rt, hi = mpanels * (t + 1) / rt;
+        int64_t lo, hi;
+        task_range(mpanels, rt, t, &lo, &hi);
         const double tiles = (double)(CD_MIN(m, hi * mr) - lo * mr) / (double)mr * (double)npanels;
         rows = CD_MAX(rows, tiles + pack_a * (double)(hi - lo) + pack_b * (double)npanels);
     }
@@ -445,17 +454,12 @@ static int split_rows_cheaper(int64_t m, int64_t mr, int64_t tasks, int64_t mpan
         void (*pack_b)(const void *, int64_t, int64_t, int64_t, int64_t, P *);                          \
     } drv_##NAME;                                                                                       \
                                                                                                         \
-    static void range_##NAME(int64_t total, int64_t parts, int64_t t, int64_t *lo, int64_t *hi) {       \
-        *lo = total * t / parts;                                                                        \
-        *hi = total * (t + 1) / parts;                                                                  \
-    }                                                                                                   \
-                                                                                                        \
     static int packb_task_##NAME(void *vctx, int64_t begin, int64_t end) {                              \
         const drv_##NAME *d = vctx;                                                                     \
         const int64_t panels = (d->nc + NR - 1) / NR, steps = (d->kc + KS - 1) / KS;                    \
         for (int64_t t = begin; t < end; t++) {                                                         \
             int64_t lo, hi;                                                                             \
-            range_##NAME(panels, d->pack_tasks, t, &lo, &hi);                                           \
+            task_range(panels, d->pack_tasks, t, &lo, &hi);                                             \
             if (lo >= hi) continue;                                                                     \
             int64_t j = lo * NR, cols = CD_MIN(d->nc, hi * NR) - j;                                     \
             d->pack_b(d->b + (d->p0 * d->brs + (d->j0 + j) * d->bcs) * d->isz, d->brs, d->bcs, d->kc,   \
@@ -478,8 +482,8 @@ static int split_rows_cheaper(int64_t m, int64_t mr, int64_t tasks, int64_t mpan
         const P *b_in = d->direct_b ? (const P *)d->b + d->p0 * d->brs : NULL;                          \
         for (int64_t t = begin; t < end; t++) {                                                         \
             int64_t r0 = 0, r1 = mpanels, c0 = 0, c1 = npanels;                                         \
-            if (d->split_rows) range_##NAME(mpanels, d->ntasks, t, &r0, &r1);                           \
-            else range_##NAME(npanels, d->ntasks, t, &c0, &c1);                                         \
+            if (d->split_rows) task_range(mpanels, d->ntasks, t, &r0, &r1);                             \
+            else task_range(npanels, d->ntasks, t, &c0, &c1);                                           \
             int64_t row_end = CD_MIN(d->m, r1 * MR), col_end = CD_MIN(d->nc, c1 * NR);                  \
             for (int64_t i0 = r0 * MR; i0 < row_end; i0 += MC) {                                        \
                 int64_t mc = CD_MIN(MC, row_end - i0);                                                  \
@@ -543,9 +547,11 @@ static int split_rows_cheaper(int64_t m, int64_t mr, int64_t tasks, int64_t mpan
                 /* (pairs of bf16 are never in the source: they are always packed) */                 \
                 use_in_place(d->blk.in_place, KS == 1 ? (int64_t)sizeof(P) : 0, d->isz, MR, d->m, d->kc,  \
                              d->ars, d->acs, d->brs, d->bcs, &d->direct_a, &d->direct_b);               \
-                const double pack_a = d->direct_a ? 0 : d->m * d->kc * d->isz <= d->blk.a_near ? 0.5 : 2; \
+                const double pack_a = d->direct_a                             ? 0                       \
+                                      : d->m * d->kc * d->isz <= d->blk.a_near ? PACK_NEAR              \
+                                                                               : PACK_FAR;              \
                 d->split_rows = split_rows_cheaper(d->m, MR, tasks, mpanels, npanels, pack_a,           \
-                                                   d->own_panels && !d->direct_b ? 0.5 : 0);            \
+                                                   d->own_panels && !d->direct_b ? PACK_NEAR : 0);      \
                 d->ntasks = CD_MAX(1, CD_MIN(tasks, d->split_rows ? mpanels : npanels));                \
                 d->pack_tasks = CD_MAX(1, CD_MIN(d->ntasks, npanels));                                  \
                 if (!d->own_panels && !d->direct_b)                                                     \
