@@ -19,10 +19,12 @@ message saying so, instead of failing obscurely.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import pluggy
+
+from .contract.opdef import OpDef  # noqa: F401  (what candle_api_custom_ops defines)
 
 #: The hook API this candle-api implements.
 HOOK_API_VERSION = 1
@@ -40,7 +42,10 @@ class BackendSpec:
     ``availability()`` returns ``(True, "")`` or ``(False, reason)`` and is what
     ``candle info`` shows; neither may be slow on a machine without the device.
     ``details()``, asked only of available backends, describes the running
-    backend (instruction set, threads, GPU model...).
+    backend (instruction set, threads, GPU model...). ``contract_version`` is
+    the version of the kernel table (:mod:`candle_api.contract`) the backend
+    implements, and ``dtypes`` the dtypes it holds: the required rows of that
+    version must have a kernel for each of their dtypes among these.
     """
 
     name: str
@@ -51,6 +56,8 @@ class BackendSpec:
     description: str = ""
     details: Callable[[], str] = lambda: ""
     api_version: int = HOOK_API_VERSION
+    contract_version: int = 1
+    dtypes: tuple = ("u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64")
 
 
 @dataclass(frozen=True)
@@ -87,29 +94,6 @@ class FormatSpec:
     priority: int = 0
     description: str = ""
     api_version: int = HOOK_API_VERSION
-
-
-@dataclass(frozen=True)
-class OpDef:
-    """A custom op: a name the kernel tables can serve, and how to call it.
-
-    ``infer(*inputs, **params)`` receives the input tensors and returns the
-    output ``(shape, dtype)``. Kernels for it are registered through
-    :func:`candle_api_kernels` under ``(name, dtype of the first input)`` and
-    are called as ``kernel(out_storage, [(storage, layout), ...], params)``.
-    ``decompose(*inputs, **params)``, when given, computes the op from other
-    ops on devices that have no kernel for it (autograd then follows those
-    ops). ``backward(inputs, output, grad, **params)`` returns one gradient
-    (or None) per input; without it, differentiating through the kernel
-    raises instead of silently dropping the gradient.
-    """
-
-    name: str
-    infer: Callable[..., tuple[tuple, Any]]
-    decompose: Callable | None = None
-    backward: Callable | None = None
-    doc: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 class HookSpecs:

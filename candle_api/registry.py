@@ -16,8 +16,9 @@ from typing import Callable
 
 import pluggy
 
+from .contract.table import CONTRACT_VERSION
 from .dtype import get_dtype
-from .errors import PluginError
+from .errors import DTypeError, PluginError
 from .hooks import HOOK_API_VERSION, BackendSpec, FormatSpec, HookSpecs, KernelSet, OpDef
 
 ENTRY_POINT_GROUP = "candle_api"
@@ -41,21 +42,40 @@ class KernelTable:
 
 
 class OpRegistry:
-    """Custom op definitions, filled by the ``candle_api_custom_ops`` hook."""
+    """What the ``candle_api_custom_ops`` hook receives: ``define(OpDef)`` adds
+    a custom op to the one op table (:data:`candle_api.ops.dispatch.OPS`),
+    where the built-in ops are too, and makes its name a kernel name the
+    registry accepts."""
 
     def __init__(self) -> None:
-        self._ops: dict[str, OpDef] = {}
+        self._custom: set[str] = set()
 
     def define(self, op: OpDef) -> None:
-        if not isinstance(op, OpDef):
-            raise PluginError(f"define() takes an OpDef, got {type(op).__name__}")
-        self._ops[op.name] = op
+        from .contract.table import BY_NAME
+        from .ops.dispatch import OPS, define
+
+        if getattr(op, "name", None) in BY_NAME or (getattr(op, "name", None) in OPS
+                                                    and op.name not in self._custom):
+            raise PluginError(f"op {op.name!r} is built in: a custom op needs a name of its own")
+        if op.name in self._custom:
+            del OPS[op.name]  # a plugin defines its ops again when the plugins change
+        define(op)
+        self._custom.add(op.name)
 
     def get(self, name: str) -> OpDef | None:
-        return self._ops.get(name)
+        from .ops.dispatch import OPS
+
+        return OPS.get(name) if name in self._custom else None
 
     def names(self) -> list[str]:
-        return sorted(self._ops)
+        return sorted(self._custom)
+
+    def clear(self) -> None:
+        from .ops.dispatch import OPS
+
+        for name in self._custom:
+            OPS.pop(name, None)
+        self._custom.clear()
 
 
 class Registry:
@@ -118,6 +138,8 @@ class Registry:
                 raise PluginError(f"plugin {plugin!r} is already registered")
             record = self._records.setdefault(name, PluginRecord(name, "(registered at run time)"))
             self._changed()
+            for device_type in self.backends():  # so that kernels the contract refuses are refused now
+                self.kernel_table(device_type)
             if record.error:
                 error = record.error
                 self.unregister(name)
@@ -128,6 +150,10 @@ class Registry:
         with self._lock:
             self._pm.unregister(name=name)
             self._records.pop(name, None)
+            # the custom ops of the plugins that remain, defined again without the leaver's
+            self.ops.clear()
+            for plugin, fn in self._impls("candle_api_custom_ops"):
+                self._call(plugin, fn, registry=self.ops)
             self._changed()
 
     def on_change(self, callback: Callable[[], None]) -> None:
@@ -179,6 +205,11 @@ class Registry:
                     if spec.api_version > HOOK_API_VERSION:
                         self._records[plugin].error = f"backend {spec.name!r} needs hook API {spec.api_version}"
                         continue
+                    if spec.contract_version > CONTRACT_VERSION:
+                        self._records[plugin].error = (
+                            f"backend {spec.name!r} implements contract version {spec.contract_version}, this "
+                            f"candle-api knows version {CONTRACT_VERSION}: upgrade candle-api")
+                        continue
                     if spec.name not in found or spec.priority > found[spec.name][0].priority:
                         found[spec.name] = (spec, plugin)
             self._backends = found
@@ -217,6 +248,11 @@ class Registry:
                 if not isinstance(kset, KernelSet):
                     self._bad_result(plugin, "candle_api_kernels", kset)
                     continue
+                refused = self._refused_kernels(kset)
+                if refused:
+                    self._records.setdefault(plugin, PluginRecord(plugin)).error = (
+                        f"kernels for {device_type} refused: {refused}")
+                    continue
                 for (op, dtype), kernel in kset.kernels.items():
                     key = (op, get_dtype(dtype))
                     current = table.providers.get(key)
@@ -227,6 +263,28 @@ class Registry:
                         table.conflicts.append(f"{op}/{dtype}: {current[0]} and {plugin} tie; {current[0]} kept")
             self._tables[device_type] = table
             return table
+
+    def _refused_kernels(self, kset: KernelSet) -> str:
+        """Why some kernels of a set are not acceptable ("" when all are): a name
+        that is neither a row of the contract table nor a defined custom op, or
+        a dtype the row does not have."""
+        from .contract.table import BY_NAME, CONTRACT_VERSION
+
+        problems = []
+        for key in kset.kernels:
+            op, dtype = key if isinstance(key, tuple) and len(key) == 2 else (key, None)
+            try:
+                dtype = get_dtype(dtype).name
+            except DTypeError:
+                problems.append(f"{op!r}: {dtype!r} is not a dtype")
+                continue
+            row = BY_NAME.get(op)
+            if row is None and op not in self.ops.names():
+                problems.append(f"{op!r} is not a kernel of the contract table (version {CONTRACT_VERSION}) nor a "
+                                "custom op defined through candle_api_custom_ops")
+            elif row is not None and dtype not in row.dtypes:
+                problems.append(f"{op!r} has no {dtype} kernel in the contract (its dtypes: {' '.join(row.dtypes)})")
+        return "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
 
 
 _REGISTRY = Registry()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import candle_api as c
-from candle_api.hooks import KernelSet, hookimpl
+from candle_api.hooks import KernelSet, OpDef, hookimpl
 from candle_api.info import kernel_providers
 from candle_api.registry import registry
 
@@ -151,6 +151,10 @@ class CountingPlugin:
 
     def __init__(self):
         self.calls = 0
+
+    @hookimpl
+    def candle_api_custom_ops(self, registry):
+        registry.define(OpDef("noop", infer=lambda x: (x.shape, x.dtype)))
 
     @hookimpl
     def candle_api_kernels(self, device_type):

@@ -10,14 +10,13 @@ from __future__ import annotations
 import math
 
 from ..autograd.engine import grad as autograd_grad
-from ..autograd.graph import enable_grad, record, tracks
+from ..autograd.graph import enable_grad
 from ..dtype import u8
 from ..errors import DTypeError, ShapeError
-from ..layout import Layout
 from ..tensor import Tensor
-from .core import (broadcast_shape, check_tensor, has_kernel, kernel, make, require_float, same_device,
-                   same_dtype)
+from .core import broadcast_shape, check_tensor, require_float, same_device, same_dtype
 from .creation import arange
+from .dispatch import OpDef, apply, define
 from .elementwise import where
 from .nn import softmax
 
@@ -42,7 +41,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
             raise ShapeError(f"{op}: {name} needs at least 2 dims, got shape {t.shape}")
     require_float(op, query)
     dtype = same_dtype(op, query, key, value)
-    dev = same_device(op, query, key, value)
+    same_device(op, query, key, value)
     n_q, e = query.shape[-2:]
     n_k, e_k = key.shape[-2:]
     if e_k != e:
@@ -62,38 +61,37 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if enable_gqa:
         return _grouped(query, key, value, attn_mask, is_causal, scale)
 
+    return apply(SDPA, query, key, value, attn_mask, is_causal=bool(is_causal), scale=float(scale))
+
+
+def _sdpa_prepare(query, key, value, attn_mask, is_causal, scale):
+    op = "scaled_dot_product_attention"
+    n_q, e = query.shape[-2:]
+    n_k = key.shape[-2]
     batch = broadcast_shape(op, query.shape[:-2], key.shape[:-2], value.shape[:-2],
                             *([attn_mask.shape[:-2]] if attn_mask is not None and attn_mask.rank > 2 else []))
-    if not has_kernel(dev, "sdpa", dtype):
-        return _decomposed(query, key, value, attn_mask, is_causal, scale)
     lq = query._layout.broadcast_as(batch + (n_q, e))
     lk = key._layout.broadcast_as(batch + (n_k, e))
     lv = value._layout.broadcast_as(batch + value.shape[-2:])
-    lay = Layout.contig(batch + (n_q, value.shape[-1]))
-    out = dev.backend.alloc(lay.numel * dtype.itemsize)
-    if lay.numel:
-        mask_args = (None, None, u8)
-        if attn_mask is not None:
-            lm = _broadcast_mask(op, attn_mask, batch + (n_q, n_k))
-            mask_args = (attn_mask._storage, lm, attn_mask._dtype)
-        kernel(dev, "sdpa", dtype)(out, query._storage, lq, key._storage, lk, value._storage, lv, *mask_args,
-                                   bool(is_causal), float(scale))
-    result = make(out, lay, dtype, dev)
-    additive = attn_mask if attn_mask is not None and attn_mask._dtype is dtype else None
-    inputs = (query, key, value) + ((additive,) if additive is not None else ())
-    if tracks(*inputs):
-        record(result, "sdpa", inputs, lambda g: _recomputed_grads(inputs, attn_mask, is_causal, scale, g))
-    return result
+    mask_args = (None, None, u8)
+    if attn_mask is not None:
+        mask_args = (attn_mask._storage, _broadcast_mask(op, attn_mask, batch + (n_q, n_k)), attn_mask._dtype)
+    return batch + (n_q, value.shape[-1]), query._dtype, (query._storage, lq, key._storage, lk, value._storage, lv,
+                                                           *mask_args, is_causal, scale)
 
 
-def _recomputed_grads(inputs, attn_mask, is_causal, scale, g):
+def _sdpa_backward(inputs, out, g, is_causal, scale):
     """Gradients through the decomposition, recomputed from the inputs (the
-    fused forward kept no score matrix to differentiate)."""
+    fused forward kept no score matrix to differentiate); an additive mask
+    gets its gradient too, a u8 mask none."""
+    query, key, value, attn_mask = inputs
+    additive = attn_mask is not None and attn_mask._dtype is query._dtype
     with enable_grad():
-        leaves = [t.detach().requires_grad_() for t in inputs]
-        mask = leaves[3] if len(leaves) == 4 else attn_mask
+        leaves = [t.detach().requires_grad_() for t in (query, key, value) + ((attn_mask,) if additive else ())]
+        mask = leaves[3] if additive else attn_mask
         out = _decomposed(leaves[0], leaves[1], leaves[2], mask, is_causal, scale)
-    return autograd_grad(out, leaves, g)
+    grads = autograd_grad(out, leaves, g)
+    return tuple(grads) + (() if additive else (None,))
 
 
 def _broadcast_mask(op: str, mask: Tensor, shape: tuple) -> Layout:
@@ -142,3 +140,6 @@ def _decomposed(query, key, value, attn_mask, is_causal, scale) -> Tensor:
     # rows with every key masked: zeros, not the NaN of 0/0
     visible = scores.max_keepdim(-1) != float("-inf")
     return where(visible, probs, 0.0) @ value
+
+
+SDPA = define(OpDef("sdpa", prepare=_sdpa_prepare, backward=_sdpa_backward, decompose=_decomposed))

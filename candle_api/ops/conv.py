@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd.graph import record, tracks
 from ..errors import ShapeError
-from ..layout import Layout
 from ..tensor import Tensor
-from .core import check_tensor, has_kernel, kernel, make, require_float, same_device, same_dtype, view
+from .core import check_tensor, require_float, same_device, same_dtype, view
+from .dispatch import OPS, OpDef, apply, define
+from .shape import contiguous, copy_into
 
 
 def _pair(v, name: str) -> tuple[int, int]:
@@ -69,18 +69,26 @@ def _conv(op: str, x: Tensor, w: Tensor, padding, stride, dilation, groups, tran
     if oh <= 0 or ow <= 0:
         raise ShapeError(f"{op}: input {x.shape} is too small for kernel {w.shape} (output would be {oh}x{ow})")
     params = (b, cin, h, wd, cout, kh, kw, sh, sw, ph, pw, dh, dw, groups, oh, ow, oph, opw)
-    lay = Layout.contig((b, cout, oh, ow))
-    out = dev.backend.alloc(lay.numel * dtype.itemsize)
-    if lay.numel:
-        kernel(dev, op.replace("1d", "2d"), dtype)(out, x._storage, x._layout, w._storage, w._layout, params)
-    result = make(out, lay, dtype, dev)
-    if tracks(x, w):
-        geometry = ((ph, pw), (sh, sw), (dh, dw), groups)
-        record(result, op, (x, w), lambda g: _conv_backward(x, w, g, geometry, transposed))
+    result = apply(CONV_TRANSPOSE2D if transposed else CONV2D, x, w, params=params)
     return result.squeeze(0) if unbatched else result
 
 
-def _conv_backward(x, w, g, geometry, transposed):
+def _conv_prepare(x, w, params):
+    b, cout, oh, ow = params[0], params[4], params[14], params[15]
+    return (b, cout, oh, ow), x._dtype, (x._storage, x._layout, w._storage, w._layout, params)
+
+
+def _geometry(params):
+    """(padding, stride, dilation, groups) of a convolution's params."""
+    sh, sw, ph, pw, dh, dw, groups = params[7:14]
+    return (ph, pw), (sh, sw), (dh, dw), groups
+
+
+def _conv_backward(transposed: bool):
+    return lambda inputs, out, g, params: _conv_grads(*inputs, g, _geometry(params), transposed)
+
+
+def _conv_grads(x, w, g, geometry, transposed):
     padding, stride, dilation, groups = geometry
     kh, kw = w.shape[2:]
     gx = gw = None
@@ -101,20 +109,24 @@ def _conv_backward(x, w, g, geometry, transposed):
 
 
 def _weight_grad(inp, gout, ksize, padding, stride, dilation, groups):
-    """dL/dw of ``gout = conv2d(inp, w)``: shape (gout channels, inp channels / groups, kh, kw).
-    The device's kernel when it has one; else, per group, a convolution of inp
-    with gout where batch and channels swap roles and stride and dilation swap."""
-    dev, dtype = inp._device, inp._dtype
-    if has_kernel(dev, "conv2d_backward_weight", dtype):
-        b, cin, h, w = inp.shape
-        cout, (oh, ow) = gout.shape[1], gout.shape[2:]
-        params = (b, cin, h, w, cout, *ksize, *stride, *padding, *dilation, groups, oh, ow, 0, 0)
-        lay = Layout.contig((cout, cin // groups, *ksize))
-        out = dev.backend.alloc(lay.numel * dtype.itemsize)
-        if lay.numel:
-            kernel(dev, "conv2d_backward_weight", dtype)(out, inp._storage, inp._layout, gout._storage,
-                                                         gout._layout, params)
-        return make(out, lay, dtype, dev)
+    """dL/dw of ``gout = conv2d(inp, w)``: shape (gout channels, inp channels / groups, kh, kw)."""
+    b, cin, h, w = inp.shape
+    cout, (oh, ow) = gout.shape[1], gout.shape[2:]
+    params = (b, cin, h, w, cout, *ksize, *stride, *padding, *dilation, groups, oh, ow, 0, 0)
+    return apply(CONV2D_BACKWARD_WEIGHT, inp, gout, params=params)
+
+
+def _weight_grad_prepare(inp, gout, params):
+    cin, cout, kh, kw, groups = params[1], params[4], params[5], params[6], params[13]
+    return (cout, cin // groups, kh, kw), inp._dtype, (inp._storage, inp._layout, gout._storage, gout._layout,
+                                                       params)
+
+
+def _weight_grad_decomposed(inp, gout, params):
+    """Per group, a convolution of inp with gout where batch and channels swap
+    roles and stride and dilation swap."""
+    padding, stride, dilation, groups = _geometry(params)
+    ksize = params[5:7]
     cin, cout = inp.shape[1] // groups, gout.shape[1] // groups
     parts = []
     for gi in range(groups):
@@ -190,17 +202,19 @@ def pool2d(op: str, x: Tensor, kernel_size, stride=None, padding=0, dilation=1, 
     oh, ow = _pool_out(h, kh, sh, ph, dh, ceil_mode), _pool_out(w, kw, sw, pw, dw, ceil_mode)
     if oh <= 0 or ow <= 0:
         raise ShapeError(f"{op}: input {x.shape} is too small for a {kh}x{kw} window")
-    dev = x._device
-    lay = Layout.contig((b, c, oh, ow))
-    out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
     params = (b, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, int(bool(count_include_pad)))
-    if lay.numel:
-        kernel(dev, op, x._dtype)(out, x._storage, x._layout, params)
-    result = make(out, lay, x._dtype, dev)
-    if tracks(x):
-        out = result.detach()  # a closure holding result would be a reference cycle
-        record(result, op, (x,), lambda g: (_pool_backward(op, x, out, g, params),))
+    result = apply(POOL[op], x, params=params)
     return result.squeeze(0) if unbatched else result
+
+
+def _pool_prepare(x, params):
+    b, c, oh, ow = params[0], params[1], params[12], params[13]
+    return (b, c, oh, ow), x._dtype, (x._storage, x._layout, params)
+
+
+def _pool_backward(name: str):
+    backward_op = f"{name}_backward"
+    return lambda inputs, out, g, params: (apply(OPS[backward_op], inputs[0], contiguous(g), params=params),)
 
 
 def _taps(size: int, k: int, s: int, p: int, d: int, out: int):
@@ -214,42 +228,42 @@ def _taps(size: int, k: int, s: int, p: int, d: int, out: int):
             yield tap, first, last - first, first * s + shift
 
 
-def _pool_backward(op, x, out, g, params):
-    """x's gradient: max pooling routes each window's gradient to the first
-    maximum of the window (the forward's choice), average pooling spreads it
-    over the taps. The device's kernel when it has one; else a walk over the
-    window taps, each a strided view of x against a block of the output."""
-    from .creation import zeros
-    from .shape import contiguous, copy_into
+def _pool_backward_prepare(x, g, params):
+    return x.shape, x._dtype, (x._storage, x._layout, g._storage, g._layout, params)
 
-    dev = x._device
-    if has_kernel(dev, f"{op}_backward", x._dtype):
-        g = contiguous(g)
-        lay = Layout.contig(x.shape)
-        gx = dev.backend.alloc(lay.numel * x._dtype.itemsize)
-        if lay.numel:
-            kernel(dev, f"{op}_backward", x._dtype)(gx, x._storage, x._layout, g._storage, g._layout, params)
-        return make(gx, lay, x._dtype, dev)
-    b, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, include_pad = params
-    gx = zeros(x.shape, dtype=g.dtype, device=g.device)
-    if op == "avg_pool2d":
-        g = g / _avg_divisor(params, g)
-    else:
-        taken = zeros(out.shape, dtype=g.dtype, device=g.device)
-    for i, oy, ny, y in _taps(h, kh, sh, ph, dh, oh):
-        for j, ox, nx, xx in _taps(w, kw, sw, pw, dw, ow):
-            block = g._layout.narrow(2, oy, ny).narrow(3, ox, nx)
-            gb = view(g, block)
-            if op == "max_pool2d":
-                tl = taken._layout.narrow(2, oy, ny).narrow(3, ox, nx)
-                xv = view(x, x._layout.slice(2, y, ny, sh).slice(3, xx, nx, sw))
-                first = (xv == view(out, out._layout.narrow(2, oy, ny).narrow(3, ox, nx))).to_dtype(g.dtype)
-                first = first * (1.0 - view(taken, tl))
-                copy_into(taken, tl, view(taken, tl) + first)
-                gb = gb * first
-            target = gx._layout.slice(2, y, ny, sh).slice(3, xx, nx, sw)
-            copy_into(gx, target, view(gx, target) + gb)
-    return gx
+
+def _pool_backward_decomposed(op: str):
+    """x's gradient from a walk over the window taps, each a strided view of x
+    against a block of the output: max pooling routes each window's gradient
+    to the first maximum of the window (the forward's choice), average pooling
+    spreads it over the taps."""
+
+    def decompose(x, g, params):
+        from .creation import zeros
+
+        b, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, include_pad = params
+        gx = zeros(x.shape, dtype=g.dtype, device=g.device)
+        if op == "avg_pool2d":
+            g = g / _avg_divisor(params, g)
+        else:
+            out = apply(POOL[op], x.detach(), params=params)
+            taken = zeros(out.shape, dtype=g.dtype, device=g.device)
+        for i, oy, ny, y in _taps(h, kh, sh, ph, dh, oh):
+            for j, ox, nx, xx in _taps(w, kw, sw, pw, dw, ow):
+                block = g._layout.narrow(2, oy, ny).narrow(3, ox, nx)
+                gb = view(g, block)
+                if op == "max_pool2d":
+                    tl = taken._layout.narrow(2, oy, ny).narrow(3, ox, nx)
+                    xv = view(x, x._layout.slice(2, y, ny, sh).slice(3, xx, nx, sw))
+                    first = (xv == view(out, out._layout.narrow(2, oy, ny).narrow(3, ox, nx))).to_dtype(g.dtype)
+                    first = first * (1.0 - view(taken, tl))
+                    copy_into(taken, tl, view(taken, tl) + first)
+                    gb = gb * first
+                target = gx._layout.slice(2, y, ny, sh).slice(3, xx, nx, sw)
+                copy_into(gx, target, view(gx, target) + gb)
+        return gx
+
+    return decompose
 
 
 def _avg_divisor(params, like) -> Tensor:
@@ -289,18 +303,30 @@ def upsample2d(x: Tensor, target_h: int, target_w: int, mode: str = "nearest", a
     b, c, h, w = x.shape
     if h == 0 or w == 0:
         raise ShapeError(f"upsample: cannot resize an empty image {x.shape}")
-    dev = x._device
-    lay = Layout.contig((b, c, target_h, target_w))
-    out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
-    op = f"upsample_{mode}2d"
-    if lay.numel:
-        kernel(dev, op, x._dtype)(out, x._storage, x._layout, target_h, target_w, bool(align_corners))
-    result = make(out, lay, x._dtype, dev)
-    if tracks(x):
-        rows = _resize_matrix(mode, align_corners, h, target_h, x)
-        cols = _resize_matrix(mode, align_corners, w, target_w, x)
-        record(result, op, (x,), lambda g: (rows.t() @ g @ cols,))
+    result = apply(UPSAMPLE[mode], x, out_h=target_h, out_w=target_w, align_corners=bool(align_corners))
     return result.squeeze(0) if unbatched else result
+
+
+def _upsample_prepare(x, out_h, out_w, align_corners):
+    b, c = x.shape[:2]
+    return (b, c, out_h, out_w), x._dtype, (x._storage, x._layout, out_h, out_w, align_corners)
+
+
+def _upsample_backward(mode: str):
+    def backward(inputs, out, g, out_h, out_w, align_corners):
+        x = inputs[0]
+        rows = _resize_matrix(mode, align_corners, x.shape[2], out_h, x)
+        cols = _resize_matrix(mode, align_corners, x.shape[3], out_w, x)
+        return (rows.t() @ g @ cols,)
+
+    return backward
+
+
+def _bilinear_decomposed(x, out_h, out_w, align_corners):
+    """The resize is separable: out = R x C^T with the interpolation matrices."""
+    rows = _resize_matrix("bilinear", align_corners, x.shape[2], out_h, x)
+    cols = _resize_matrix("bilinear", align_corners, x.shape[3], out_w, x)
+    return rows @ x @ cols.t()
 
 
 def _resize_matrix(mode: str, align_corners: bool, size: int, out: int, like) -> Tensor:
@@ -324,3 +350,16 @@ def _resize_matrix(mode: str, align_corners: bool, size: int, out: int, like) ->
     np.add.at(m, (np.arange(out), i0), 1 - f)
     np.add.at(m, (np.arange(out), i1), f)
     return from_array(m.astype(like.dtype.np), like.dtype, like.device)
+
+
+CONV2D = define(OpDef("conv2d", prepare=_conv_prepare, backward=_conv_backward(False)))
+CONV_TRANSPOSE2D = define(OpDef("conv_transpose2d", prepare=_conv_prepare, backward=_conv_backward(True)))
+CONV2D_BACKWARD_WEIGHT = define(OpDef("conv2d_backward_weight", prepare=_weight_grad_prepare,
+                                      decompose=_weight_grad_decomposed))
+POOL = {name: define(OpDef(name, prepare=_pool_prepare, backward=_pool_backward(name)))
+        for name in ("max_pool2d", "avg_pool2d")}
+for _name in POOL:
+    define(OpDef(f"{_name}_backward", prepare=_pool_backward_prepare, decompose=_pool_backward_decomposed(_name)))
+UPSAMPLE = {mode: define(OpDef(f"upsample_{mode}2d", prepare=_upsample_prepare, backward=_upsample_backward(mode),
+                               decompose=_bilinear_decomposed if mode == "bilinear" else None))
+            for mode in ("nearest", "bilinear")}

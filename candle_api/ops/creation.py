@@ -14,7 +14,8 @@ from ..dtype import f32, get_dtype, from_numpy_dtype, i64, u32
 from ..errors import DTypeError, ShapeError
 from ..layout import Layout, check_shape
 from ..tensor import Tensor, _shape_args
-from .core import kernel, make
+from .core import make
+from .dispatch import OpDef, apply, define
 
 
 def _infer_dtype(arr: np.ndarray):
@@ -87,9 +88,12 @@ def _fill(shape, value, dtype, device) -> Tensor:
 
 def fill_(t: Tensor, value) -> Tensor:
     """Sets every element of t (any layout) to value, in place."""
-    value = np.asarray(value).astype(t._dtype.np)
-    kernel(t._device, "fill", t._dtype)(t._storage, t._layout, value.tobytes())
+    if t._layout.numel:
+        apply(FILL, t, value=np.asarray(value).astype(t._dtype.np).tobytes())
     return t
+
+
+FILL = define(OpDef("fill", prepare=lambda t, value: (None, None, (t._storage, t._layout, value))))
 
 
 def zeros(*shape, dtype=None, device=None) -> Tensor:

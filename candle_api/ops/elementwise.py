@@ -14,59 +14,50 @@ import numbers
 
 import numpy as np
 
-from ..autograd.graph import is_grad_enabled, record
 from ..autograd.helpers import sum_to, where_or_zero
 from ..dtype import u8
 from ..errors import DTypeError
-from ..layout import Layout
-
-_contig = Layout.contig
-_new = object.__new__
 from ..tensor import Tensor
+from .core import broadcast_shape, check_tensor, has_kernel, same_device, same_dtype
 from .creation import from_array
-from .core import broadcast_shape, check_tensor, has_kernel, kernel, make, same_device, same_dtype, unsupported
+from .dispatch import OpDef, apply, define
 
 # ---- unary -------------------------------------------------------------------------------
 
 
+def _unary_prepare(x):
+    lay = x._layout
+    return lay.shape, x._dtype, (x._storage, lay)
+
+
 def unary(op: str, x: Tensor) -> Tensor:
-    dev, dtype = x._device, x._dtype
-    k = dev.kernels.get((op, dtype))
-    if k is None:
-        decomposition = DECOMPOSITIONS.get(op)
-        if decomposition is None or not dtype.is_float:
-            raise unsupported(op, dev, dtype)
-        return decomposition(x)
-    lay = _contig(x._layout.shape)
-    out = dev.backend.alloc(lay.numel * dtype.itemsize)
-    if lay.numel:
-        k(out, x._storage, x._layout)
-    t = _new(Tensor)
-    t._storage, t._layout, t._dtype, t._device, t._node = out, lay, dtype, dev, None
-    if x._node is not None and is_grad_enabled():
-        rule, y = UNARY_GRADS[op], t.detach()  # detached: a closure holding t would be a reference cycle
-        record(t, op, (x,), lambda g: (rule(x, y, g),))
-    return t
+    return apply(UNARY[op], x)
+
+
+def _param_prepare(x, p0, p1):
+    lay = x._layout
+    return lay.shape, x._dtype, (x._storage, lay, p0, p1)
 
 
 def param(op: str, x: Tensor, p0: float, p1: float) -> Tensor:
     """Unary ops with two float parameters (affine, powf, elu, leaky_relu, clamp)."""
-    dev, dtype = x._device, x._dtype
-    k = dev.kernels.get((op, dtype))
-    if k is None:
-        raise unsupported(op, dev, dtype)
-    lay = Layout.contig(x._layout.shape)
-    out = dev.backend.alloc(lay.numel * dtype.itemsize)
-    if lay.numel:
-        k(out, x._storage, x._layout, float(p0), float(p1))
-    t = make(out, lay, dtype, dev)
-    if x._node is not None and is_grad_enabled():
-        rule, y = PARAM_GRADS[op], t.detach()
-        record(t, op, (x,), lambda g: (rule(x, y, g, p0, p1),))
-    return t
+    return apply(PARAM[op], x, p0=float(p0), p1=float(p1))
 
 
-# Composite forms of unary ops, for backends without a kernel for them.
+def _clamp_decomposed(x: Tensor, p0: float, p1: float) -> Tensor:
+    """clamp from maximum and minimum with scalars; an integer tensor takes the
+    integer bounds inside [p0, p1], saturated into its dtype."""
+    dtype, lo, hi = x._dtype, p0, p1
+    if dtype.is_int:
+        info = np.iinfo(dtype.np)
+        lo = min(max(math.ceil(p0), info.min), info.max) if p0 > info.min else None
+        hi = min(max(math.floor(p1), info.min), info.max) if p1 < info.max else None
+    out = x if lo is None or lo == -math.inf else binary("maximum", x, scalar(lo, dtype, x._device))
+    out = out if hi is None or hi == math.inf else binary("minimum", out, scalar(hi, dtype, x._device))
+    return out if out is not x else x.copy()
+
+
+# Composite forms of the optional unary rows, for backends without a kernel for them.
 DECOMPOSITIONS = {
     "sigmoid": lambda x: (unary("neg", x).exp() + 1.0).recip(),
     "silu": lambda x: x * unary("sigmoid", x),
@@ -76,22 +67,21 @@ DECOMPOSITIONS = {
     "softplus": lambda x: where(x > 20.0, x, x.clamp(None, 20.0).exp().log1p()),
     "rsqrt": lambda x: x.sqrt().recip(),
     "sqr": lambda x: x * x,
-    "relu": lambda x: param("clamp", x, 0.0, math.inf),
+    "relu": lambda x: binary("maximum", x, scalar(0, x._dtype, x._device)),
+    "leaky_relu": lambda x, p0, p1: where(x > 0, x, x * p0),
+    "clamp": _clamp_decomposed,
 }
 
 # ---- binary -------------------------------------------------------------------------------
 
 
-def binary(op: str, a: Tensor, b: Tensor, out_dtype=None) -> Tensor:
-    """a op b with NumPy broadcasting; dtypes and devices must match. The result
-    has a's dtype, or out_dtype (u8 for comparisons)."""
-    dtype = a._dtype
+def _broadcast_pair(op: str, a: Tensor, b: Tensor):
+    """(shape, a's layout, b's layout) with NumPy broadcasting; same dtype and device."""
     if b.__class__ is not Tensor:
         check_tensor(op, b, "right operand")
-    if b._dtype is not dtype:
+    if b._dtype is not a._dtype:
         same_dtype(op, a, b)
-    dev = a._device
-    if b._device is not dev:
+    if b._device is not a._device:
         same_device(op, a, b)
     la, lb = a._layout, b._layout
     shape = la.shape
@@ -101,27 +91,39 @@ def binary(op: str, a: Tensor, b: Tensor, out_dtype=None) -> Tensor:
             la = la.broadcast_as(shape)
         if lb.shape != shape:
             lb = lb.broadcast_as(shape)
-    k = dev.kernels.get((op, dtype))
-    if k is None:
-        raise unsupported(op, dev, dtype)
-    if out_dtype is None:
-        out_dtype = dtype
-    lay = _contig(shape)
-    out = dev.backend.alloc(lay.numel * out_dtype.itemsize)
-    if lay.numel:
-        k(out, a._storage, la, b._storage, lb)
-    t = _new(Tensor)
-    t._storage, t._layout, t._dtype, t._device, t._node = out, lay, out_dtype, dev, None
-    if (a._node is not None or b._node is not None) and out_dtype is dtype and is_grad_enabled():
-        rule, y = BINARY_GRADS[op], t.detach()
-        record(t, op, (a, b), lambda g: _binary_backward(rule, a, b, y, g))
-    return t
+    return shape, la, lb
 
 
-def _binary_backward(rule, a, b, out, g):
-    ga, gb = rule(a, b, out, g)
-    return (sum_to(ga, a.shape) if a._node is not None else None,
-            sum_to(gb, b.shape) if b._node is not None else None)
+def _binary_prepare(name: str):
+    def prepare(a, b):
+        shape, la, lb = _broadcast_pair(name, a, b)
+        return shape, a._dtype, (a._storage, la, b._storage, lb)
+
+    return prepare
+
+
+def _compare_prepare(name: str):
+    def prepare(a, b):
+        shape, la, lb = _broadcast_pair(name, a, b)
+        return shape, u8, (a._storage, la, b._storage, lb)
+
+    return prepare
+
+
+def binary(op: str, a: Tensor, b: Tensor) -> Tensor:
+    """a op b with NumPy broadcasting; dtypes and devices must match. The result
+    has a's dtype (u8 for comparisons)."""
+    return apply(BINARY[op], a, b)
+
+
+def _binary_backward(rule):
+    def backward(inputs, out, g):
+        a, b = inputs
+        ga, gb = rule(a, b, out, g)
+        return (sum_to(ga, a.shape) if a._node is not None else None,
+                sum_to(gb, b.shape) if b._node is not None else None)
+
+    return backward
 
 
 _AFFINE = {  # scalar forms that are one affine kernel: (mul, add) from the scalar s
@@ -156,10 +158,10 @@ def binary_any(op: str, x: Tensor, other, reflected: bool = False) -> Tensor:
 def compare(op: str, x: Tensor, other) -> Tensor:
     """x op other as a u8 tensor of 0/1; other a Tensor or a scalar."""
     if isinstance(other, Tensor):
-        return binary(op, x, other, u8)
+        return binary(op, x, other)
     if not isinstance(other, numbers.Number):
         return NotImplemented
-    return binary(op, x, scalar(other, x._dtype, x._device), u8)
+    return binary(op, x, scalar(other, x._dtype, x._device))
 
 
 _SCALARS: dict = {}
@@ -203,25 +205,22 @@ def where(cond: Tensor, on_true, on_false) -> Tensor:
         on_true = scalar(on_true, ref._dtype, ref._device)
     if not isinstance(on_false, Tensor):
         on_false = scalar(on_false, ref._dtype, ref._device)
-    dtype = same_dtype("where", on_true, on_false)
-    dev = same_device("where", cond, on_true, on_false)
     if cond._dtype is not u8:
         cond = compare("ne", cond, 0)
+    return apply(WHERE, cond, on_true, on_false)
+
+
+def _where_prepare(cond, on_true, on_false):
+    dtype = same_dtype("where", on_true, on_false)
+    same_device("where", cond, on_true, on_false)
     shape = broadcast_shape("where", cond.shape, on_true.shape, on_false.shape)
-    lay = Layout.contig(shape)
-    out = dev.backend.alloc(lay.numel * dtype.itemsize)
-    if lay.numel:
-        kernel(dev, "where", dtype)(
-            out,
-            cond._storage, cond._layout.broadcast_as(shape),
-            on_true._storage, on_true._layout.broadcast_as(shape),
-            on_false._storage, on_false._layout.broadcast_as(shape),
-        )
-    t = make(out, lay, dtype, dev)
-    if (on_true._node is not None or on_false._node is not None) and is_grad_enabled():
-        record(t, "where", (on_true, on_false), lambda g: (sum_to(where_or_zero(cond, g), on_true.shape),
-                                                          sum_to(where(cond, 0.0, g), on_false.shape)))
-    return t
+    return shape, dtype, (cond._storage, cond._layout.broadcast_as(shape), on_true._storage,
+                          on_true._layout.broadcast_as(shape), on_false._storage, on_false._layout.broadcast_as(shape))
+
+
+def _where_backward(inputs, out, g):
+    cond, on_true, on_false = inputs
+    return None, sum_to(where_or_zero(cond, g), on_true.shape), sum_to(where(cond, 0.0, g), on_false.shape)
 
 
 def cast(x: Tensor, dtype) -> Tensor:
@@ -229,15 +228,12 @@ def cast(x: Tensor, dtype) -> Tensor:
     (Rust's `as`, which Candle inherits); integers wrap into narrower integers."""
     if dtype is x._dtype:
         return x
-    dev = x._device
-    lay = Layout.contig(x._layout.shape)
-    out = dev.backend.alloc(lay.numel * dtype.itemsize)
-    if lay.numel:
-        kernel(dev, "cast", x._dtype)(out, x._storage, x._layout, dtype)
-    t = make(out, lay, dtype, dev)
-    if x._node is not None and dtype.is_float and is_grad_enabled():
-        record(t, "cast", (x,), lambda g: (cast(g, x._dtype),))
-    return t
+    return apply(CAST, x, dtype=dtype)
+
+
+def _cast_prepare(x, dtype):
+    lay = x._layout
+    return lay.shape, dtype, (x._storage, lay, dtype)
 
 
 def clamp(x: Tensor, lo=None, hi=None) -> Tensor:
@@ -346,3 +342,25 @@ BINARY_GRADS = {
     "rem": lambda a, b, out, g: (g, -(g * (a / b).floor())),
     "fmod": lambda a, b, out, g: (g, -(g * (a / b).trunc())),
 }
+
+
+# ---- the op definitions ------------------------------------------------------------------------
+def _unary_backward(rule):
+    return lambda inputs, out, g: (rule(inputs[0], out, g),)
+
+
+def _param_backward(rule):
+    return lambda inputs, out, g, p0, p1: (rule(inputs[0], out, g, p0, p1),)
+
+
+UNARY = {name: define(OpDef(name, prepare=_unary_prepare, backward=_unary_backward(rule),
+                            decompose=DECOMPOSITIONS.get(name)))
+         for name, rule in UNARY_GRADS.items()}
+PARAM = {name: define(OpDef(name, prepare=_param_prepare, backward=_param_backward(rule),
+                            decompose=DECOMPOSITIONS.get(name)))
+         for name, rule in PARAM_GRADS.items()}
+BINARY = {name: define(OpDef(name, prepare=_binary_prepare(name), backward=_binary_backward(rule)))
+          for name, rule in BINARY_GRADS.items()}
+BINARY.update({name: define(OpDef(name, prepare=_compare_prepare(name))) for name in ("eq", "ne", "lt", "le", "gt", "ge")})
+WHERE = define(OpDef("where", prepare=_where_prepare, backward=_where_backward, key=1))
+CAST = define(OpDef("cast", prepare=_cast_prepare, backward=lambda inputs, out, g, dtype: (cast(g, inputs[0]._dtype),)))

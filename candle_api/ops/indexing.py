@@ -14,13 +14,14 @@ import numbers
 
 import numpy as np
 
-from ..autograd.graph import is_grad_enabled, record, tracks
+from ..autograd.graph import is_grad_enabled, record
 from ..autograd.helpers import scatter_view
 from ..dtype import INDEX_DTYPES, i64, u8
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ..layout import Layout, normalize_dim
 from ..tensor import Tensor
-from .core import check_tensor, derived_view, kernel, make, same_device
+from .core import check_tensor, derived_view, same_device
+from .dispatch import OpDef, apply, define
 from .creation import from_array, zeros_like
 from .shape import contiguous, copy, flatten, reshape
 
@@ -214,71 +215,79 @@ def _check_ids(op: str, ids) -> Tensor:
 
 def index_select(x: Tensor, ids: Tensor, dim: int) -> Tensor:
     _check_ids("index_select", ids)
-    same_device("index_select", x, ids)
     if ids.rank != 1:
         raise ShapeError(f"index_select: indexes must be 1-d, got shape {ids.shape}")
     dim = normalize_dim(dim, x.rank)
     ids = contiguous(ids)
+    if ids.shape[0] and 0 in x.shape[:dim] + x.shape[dim + 1 :]:
+        _check_bounds("index_select", ids, x.shape[dim])  # the kernel is not called for an empty output
+    return apply(INDEX_SELECT, x, ids, dim=dim)
+
+
+def _check_bounds(op: str, ids: Tensor, size: int) -> None:
+    host = ids.numpy().astype(np.int64)
+    bad = host[(host < 0) | (host >= size)]
+    if bad.size:
+        raise IndexOutOfRangeError(f"{op}: index {int(bad[0])} is out of range for a dimension of size {size}")
+
+
+def _index_select_prepare(x, ids, dim):
+    same_device("index_select", x, ids)
     shape = x.shape[:dim] + (ids.shape[0],) + x.shape[dim + 1 :]
-    dev = x._device
-    lay = Layout.contig(shape)
-    out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
-    if lay.numel or ids.shape[0]:
-        kernel(dev, "index_select", x._dtype)(out, x._storage, x._layout, ids._storage, ids._layout, ids.dtype, dim)
-    t = make(out, lay, x._dtype, dev)
-    if tracks(x):
-        record(t, "index_select", (x,), lambda g: (index_add(zeros_like(x), ids, g, dim),))
-    return t
+    return shape, x._dtype, (x._storage, x._layout, ids._storage, ids._layout, ids._dtype, dim)
 
 
 def gather(x: Tensor, ids: Tensor, dim: int) -> Tensor:
     """out[i][j][k] = x[i][ids[i][j][k]][k] for dim 1 (PyTorch's gather)."""
     _check_ids("gather", ids)
+    return apply(GATHER, x, ids, dim=normalize_dim(dim, x.rank))
+
+
+def _gather_prepare(x, ids, dim):
     same_device("gather", x, ids)
-    dim = normalize_dim(dim, x.rank)
     if ids.rank != x.rank:
         raise ShapeError(f"gather: indexes of shape {ids.shape} need the rank of the input {x.shape}")
     for d in range(x.rank):
         if d != dim and ids.shape[d] > x.shape[d]:
             raise ShapeError(f"gather: indexes {ids.shape} exceed the input {x.shape} in dim {d}")
-    dev = x._device
-    lay = Layout.contig(ids.shape)
-    out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
-    if lay.numel:
-        kernel(dev, "gather", x._dtype)(out, x._storage, x._layout, ids._storage, ids._layout, ids.dtype, dim)
-    t = make(out, lay, x._dtype, dev)
-    if tracks(x):
-        record(t, "gather", (x,), lambda g: (scatter(zeros_like(x), ids, g, dim, True),))
-    return t
+    return ids.shape, x._dtype, (x._storage, x._layout, ids._storage, ids._layout, ids._dtype, dim)
 
 
 def scatter(x: Tensor, ids: Tensor, src: Tensor, dim: int, accumulate: bool) -> Tensor:
     """A copy of x with src written (or added) at ids along dim (PyTorch's scatter rules)."""
-    op = "scatter_add" if accumulate else "scatter"
-    _check_ids(op, ids)
-    check_tensor(op, src, "source")
-    same_device(op, x, ids, src)
-    if src.dtype is not x.dtype:
-        raise DTypeError(f"{op}: source dtype {src.dtype} differs from {x.dtype}")
-    dim = normalize_dim(dim, x.rank)
-    if ids.rank != x.rank or src.rank != x.rank:
-        raise ShapeError(f"{op}: input {x.shape}, indexes {ids.shape} and source {src.shape} need the same rank")
-    for d in range(x.rank):
-        if ids.shape[d] > src.shape[d] or (d != dim and ids.shape[d] > x.shape[d]):
-            raise ShapeError(f"{op}: indexes {ids.shape} exceed source {src.shape} or input {x.shape} in dim {d}")
-    out = copy(x)
-    src_lay = src._layout
-    for d in range(x.rank):  # only the part of src that ids covers is read
-        if src_lay.shape[d] != ids.shape[d]:
-            src_lay = src_lay.narrow(d, 0, ids.shape[d])
-    if ids._layout.numel:
-        kernel(x._device, op, x._dtype)(out._storage, out._layout, ids._storage, ids._layout, ids.dtype,
-                                        src._storage, src_lay, dim)
-    if tracks(x, src):
-        record(out, op, (x, src), lambda g: (
-            g if accumulate else scatter(g, ids, zeros_like(src), dim, False),  # overwritten places get none
-            _covered_grad(src, ids, gather(g, ids, dim))))
-    return out
+    op = SCATTER_ADD if accumulate else SCATTER
+    _check_ids(op.name, ids)
+    check_tensor(op.name, src, "source")
+    return apply(op, x, ids, src, dim=normalize_dim(dim, x.rank))
+
+
+def _scatter_prepare(name: str):
+    def prepare(x, ids, src, dim):
+        same_device(name, x, ids, src)
+        if src.dtype is not x.dtype:
+            raise DTypeError(f"{name}: source dtype {src.dtype} differs from {x.dtype}")
+        if ids.rank != x.rank or src.rank != x.rank:
+            raise ShapeError(f"{name}: input {x.shape}, indexes {ids.shape} and source {src.shape} need the same rank")
+        for d in range(x.rank):
+            if ids.shape[d] > src.shape[d] or (d != dim and ids.shape[d] > x.shape[d]):
+                raise ShapeError(f"{name}: indexes {ids.shape} exceed source {src.shape} or input {x.shape} in dim {d}")
+        src_lay = src._layout
+        for d in range(x.rank):  # only the part of src that ids covers is read
+            if src_lay.shape[d] != ids.shape[d]:
+                src_lay = src_lay.narrow(d, 0, ids.shape[d])
+        return x.shape, x._dtype, (x._storage, x._layout, ids._storage, ids._layout, ids._dtype, src._storage,
+                                   src_lay, dim)
+
+    return prepare
+
+
+def _scatter_backward(accumulate: bool):
+    def backward(inputs, out, g, dim):
+        x, ids, src = inputs
+        return (g if accumulate else scatter(g, ids, zeros_like(src), dim, False),  # overwritten places get none
+                None, _covered_grad(src, ids, gather(g, ids, dim)))
+
+    return backward
 
 
 def _covered_grad(src: Tensor, ids: Tensor, g: Tensor) -> Tensor:
@@ -297,23 +306,19 @@ def _covered_grad(src: Tensor, ids: Tensor, g: Tensor) -> Tensor:
 def index_add(x: Tensor, ids: Tensor, src: Tensor, dim: int) -> Tensor:
     _check_ids("index_add", ids)
     check_tensor("index_add", src, "source")
+    if ids.rank != 1:
+        raise ShapeError(f"index_add: indexes must be 1-d, got shape {ids.shape}")
+    return apply(INDEX_ADD, x, contiguous(ids), src, dim=normalize_dim(dim, x.rank))
+
+
+def _index_add_prepare(x, ids, src, dim):
     same_device("index_add", x, ids, src)
     if src.dtype is not x.dtype:
         raise DTypeError(f"index_add: source dtype {src.dtype} differs from {x.dtype}")
-    dim = normalize_dim(dim, x.rank)
-    if ids.rank != 1:
-        raise ShapeError(f"index_add: indexes must be 1-d, got shape {ids.shape}")
     expected = x.shape[:dim] + (ids.shape[0],) + x.shape[dim + 1 :]
     if src.shape != expected:
         raise ShapeError(f"index_add: source shape {src.shape} should be {expected}")
-    out = copy(x)
-    ids = contiguous(ids)
-    if src._layout.numel:
-        kernel(x._device, "index_add", x._dtype)(out._storage, out._layout, ids._storage, ids.dtype,
-                                                 src._storage, src._layout, dim)
-    if tracks(x, src):
-        record(out, "index_add", (x, src), lambda g: (g, index_select(g, ids, dim)))
-    return out
+    return x.shape, x._dtype, (x._storage, x._layout, ids._storage, ids._dtype, src._storage, src._layout, dim)
 
 
 def embedding(ids: Tensor, table: Tensor) -> Tensor:
@@ -324,3 +329,13 @@ def embedding(ids: Tensor, table: Tensor) -> Tensor:
     _check_ids("embedding", ids)
     rows = index_select(table, contiguous(ids.flatten_all()), 0)
     return rows.reshape(ids.shape + (table.shape[1],))
+
+
+INDEX_SELECT = define(OpDef("index_select", prepare=_index_select_prepare, backward=lambda inputs, out, g, dim: (
+    index_add(zeros_like(inputs[0]), inputs[1], g, dim), None)))
+GATHER = define(OpDef("gather", prepare=_gather_prepare, backward=lambda inputs, out, g, dim: (
+    scatter(zeros_like(inputs[0]), inputs[1], g, dim, True), None)))
+SCATTER = define(OpDef("scatter", prepare=_scatter_prepare("scatter"), backward=_scatter_backward(False)))
+SCATTER_ADD = define(OpDef("scatter_add", prepare=_scatter_prepare("scatter_add"), backward=_scatter_backward(True)))
+INDEX_ADD = define(OpDef("index_add", prepare=_index_add_prepare, backward=lambda inputs, out, g, dim: (
+    g, None, index_select(g, inputs[1], dim))))

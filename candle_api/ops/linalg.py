@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ..autograd.graph import record, tracks
 from ..autograd.helpers import sum_to
 from ..errors import ShapeError
-from ..layout import Layout
+from ..layout import Layout, numel
 from ..tensor import Tensor
-from .core import broadcast_shape, check_tensor, kernel, make, same_device, same_dtype
+from .core import broadcast_shape, check_tensor, same_device, same_dtype
+from .dispatch import OpDef, apply, define
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -16,16 +16,24 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     is dropped from the result. Operands may have any strides."""
     check_tensor("matmul", a, "left operand")
     check_tensor("matmul", b, "right operand")
-    dtype = same_dtype("matmul", a, b)
-    dev = same_device("matmul", a, b)
     if a.rank == 0 or b.rank == 0:
         raise ShapeError(f"matmul: operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
+    out = apply(MATMUL, a, b)
+    if a.rank == 1 or b.rank == 1:
+        shape = out.shape[:-2] + out.shape[-2:-1] * (a.rank > 1) + out.shape[-1:] * (b.rank > 1)
+        out = out.reshape(shape)
+    return out
+
+
+def _matmul_prepare(a: Tensor, b: Tensor):
+    """The product of a and b as (..., m, k) @ (..., k, n), 1-d operands
+    viewed as a row or a column."""
+    dtype = same_dtype("matmul", a, b)
+    same_device("matmul", a, b)
     la, lb = a._layout, b._layout
-    squeeze_m = la.rank == 1
-    squeeze_n = lb.rank == 1
-    if squeeze_m:
+    if la.rank == 1:
         la = la.unsqueeze(0)
-    if squeeze_n:
+    if lb.rank == 1:
         lb = lb.unsqueeze(1)
     m, k = la.shape[-2:]
     k2, n = lb.shape[-2:]
@@ -36,30 +44,21 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
         batch = broadcast_shape("matmul", batch, lb.shape[:-2])
         la = la.broadcast_as(batch + (m, k))
         lb = lb.broadcast_as(batch + (k, n))
-    lay = Layout.contig(batch + (m, n))
-    out = dev.backend.alloc(lay.numel * dtype.itemsize)
-    if batch and not any(lb.strides[:-2]):
+    shape = batch + (m, n)
+    if batch and not any(lb.strides[:-2]) and n:
         # One right operand for every batch (x @ weight): the batches stacked as rows make one product
         # with a taller left operand, which the kernel blocks better than many short ones.
-        rows = la.reshape((lay.numel // n, k)) if n else None
+        rows = la.reshape((numel(shape) // n, k))
         if rows is not None:
             la, lb = rows, Layout(lb.shape[-2:], lb.strides[-2:], lb.offset)
-    if lay.numel:
-        kernel(dev, "matmul", dtype)(out, a._storage, la, b._storage, lb)
-    result = make(out, lay, dtype, dev)
-    if squeeze_m or squeeze_n:
-        shape = batch + ((m,) if not squeeze_m else ()) + ((n,) if not squeeze_n else ())
-        result = result.reshape(shape)
-    if tracks(a, b):
-        record(result, "matmul", (a, b), lambda g: _matmul_backward(a, b, g, batch + (m, n)))
-    return result
+    return shape, dtype, (a._storage, la, b._storage, lb)
 
 
-def _matmul_backward(a: Tensor, b: Tensor, g: Tensor, out_shape: tuple):
+def _matmul_backward(inputs, out, g):
     """dA = G @ B^T and dB = A^T @ G, summed over broadcast batch dims."""
+    a, b = inputs
     a2 = a.unsqueeze(0) if a.rank == 1 else a
     b2 = b.unsqueeze(1) if b.rank == 1 else b
-    g = g.reshape(out_shape)
     ga = sum_to(_laid_out_like(a2, g, b2.transpose(-1, -2)), a2.shape).reshape(a.shape) if a._node is not None else None
     gb = sum_to(_laid_out_like(b2, a2.transpose(-1, -2), g), b2.shape).reshape(b.shape) if b._node is not None else None
     return ga, gb
@@ -72,3 +71,6 @@ def _laid_out_like(x: Tensor, left: Tensor, right: Tensor) -> Tensor:
     if x.rank >= 2 and x._layout.strides[-2] == 1 and x._layout.strides[-1] != 1:
         return matmul(right.transpose(-1, -2), left.transpose(-1, -2)).transpose(-1, -2)
     return matmul(left, right)
+
+
+MATMUL = define(OpDef("matmul", prepare=_matmul_prepare, backward=_matmul_backward))

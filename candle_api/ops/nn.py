@@ -4,22 +4,12 @@ decomposition into primitive ops instead, on the same device."""
 
 from __future__ import annotations
 
-from ..autograd.graph import record, tracks
 from ..errors import ShapeError
-from ..layout import Layout, normalize_dim
+from ..layout import normalize_dim
 from ..tensor import Tensor
-from .core import check_tensor, has_kernel, kernel, make, require_float, same_device, same_dtype
+from .core import check_tensor, require_float, same_device, same_dtype
+from .dispatch import OpDef, apply, define
 from .shape import cat, contiguous, stack
-
-
-def _row_op(op: str, x: Tensor, *args) -> Tensor:
-    """Runs a fused last-dim kernel: out contiguous with x's shape."""
-    dev = x._device
-    lay = Layout.contig(x._layout.shape)
-    out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
-    if lay.numel:
-        kernel(dev, op, x._dtype)(out, x._storage, x._layout, *args)
-    return make(out, lay, x._dtype, dev)
 
 
 def _on_last_dim(fn, x: Tensor, dim: int) -> Tensor:
@@ -41,34 +31,25 @@ def log_softmax_decomposed(x: Tensor, dim: int) -> Tensor:
     return shifted - shifted.exp().sum_keepdim(dim).log()
 
 
-def _softmax_like(op: str, decomposed, x: Tensor, dim: int) -> Tensor:
-    check_tensor(op, x)
-    require_float(op, x)
+def _softmax_like(op: OpDef, x: Tensor, dim: int) -> Tensor:
+    check_tensor(op.name, x)
+    require_float(op.name, x)
     if x.rank == 0:
-        raise ShapeError(f"{op} needs at least one dim")
-    kernel_op = f"{op}_last"
-    if not has_kernel(x._device, kernel_op, x._dtype):
-        return decomposed(x, dim)
-    return _on_last_dim(lambda v: _fused_row(kernel_op, v), x, dim)
+        raise ShapeError(f"{op.name.removesuffix('_last')} needs at least one dim")
+    return _on_last_dim(lambda v: apply(op, v), x, dim)
 
 
-def _fused_row(kernel_op: str, x: Tensor) -> Tensor:
-    out = _row_op(kernel_op, x)
-    if tracks(x):
-        y = out.detach()  # a closure holding out would be a reference cycle
-        if kernel_op == "softmax_last":  # dy = y * (g - sum(g * y))
-            record(out, kernel_op, (x,), lambda g: (y * (g - (g * y).sum_keepdim(-1)),))
-        else:  # log_softmax: dy = g - softmax * sum(g)
-            record(out, kernel_op, (x,), lambda g: (g - y.exp() * g.sum_keepdim(-1),))
-    return out
+def _rows_prepare(x):
+    lay = x._layout
+    return lay.shape, x._dtype, (x._storage, lay)
 
 
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    return _softmax_like("softmax", softmax_decomposed, x, dim)
+    return _softmax_like(SOFTMAX_LAST, x, dim)
 
 
 def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
-    return _softmax_like("log_softmax", log_softmax_decomposed, x, dim)
+    return _softmax_like(LOG_SOFTMAX_LAST, x, dim)
 
 
 def _norm_params(op: str, x: Tensor, weight: Tensor, bias):
@@ -97,46 +78,48 @@ def layer_norm(x: Tensor, weight: Tensor, bias=None, eps: float = 1e-5) -> Tenso
     """Normalizes over the trailing dims that weight covers: (x - mean) / sqrt(var + eps) * w + b."""
     shape = x.shape
     x2, w, b = _norm_params("layer_norm", x, weight, bias)
-    if not has_kernel(x2._device, "layer_norm", x2._dtype):
-        centered = x2 - x2.mean_keepdim(-1)
-        out = centered * (centered.sqr().mean_keepdim(-1) + eps).rsqrt() * w
-        out = out + b if b is not None else out
-    else:
-        out = _row_op("layer_norm", x2, w._storage, w._layout, b._storage if b is not None else None,
-                      b._layout if b is not None else None, float(eps))
-        if tracks(x2, w, *([b] if b is not None else [])):
-            inputs = (x2, w) + ((b,) if b is not None else ())
-            record(out, "layer_norm", inputs, lambda g: _layer_norm_backward(x2, w, b, eps, g))
-    return out.reshape(shape)
+    return apply(LAYER_NORM, x2, w, b, eps=float(eps)).reshape(shape)
 
 
-def _layer_norm_backward(x, w, b, eps, g):
+def _layer_norm_prepare(x, w, b, eps):
+    lay = x._layout
+    return lay.shape, x._dtype, (x._storage, lay, w._storage, w._layout, b._storage if b is not None else None,
+                                 b._layout if b is not None else None, eps)
+
+
+def _layer_norm_decomposed(x, w, b, eps):
+    centered = x - x.mean_keepdim(-1)
+    out = centered * (centered.sqr().mean_keepdim(-1) + eps).rsqrt() * w
+    return out + b if b is not None else out
+
+
+def _layer_norm_backward(inputs, out, g, eps):
     """With xh = (x - mean) * rstd: dx = rstd * (gh - mean(gh) - xh * mean(gh * xh)), gh = g * w."""
+    x, w, b = inputs
     centered = x - x.mean_keepdim(-1)
     rstd = (centered.sqr().mean_keepdim(-1) + eps).rsqrt()
     xh = centered * rstd
     gh = g * w
     gx = rstd * (gh - gh.mean_keepdim(-1) - xh * (gh * xh).mean_keepdim(-1))
     rows = tuple(range(x.rank - 1))
-    grads = (gx, (g * xh).sum(rows))
-    return grads + ((g.sum(rows),) if b is not None else ())
+    return gx, (g * xh).sum(rows), g.sum(rows) if b is not None else None
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     """x / sqrt(mean(x ** 2) + eps) * w over the trailing dims that weight covers."""
     shape = x.shape
     x2, w, _ = _norm_params("rms_norm", x, weight, None)
-    if not has_kernel(x2._device, "rms_norm", x2._dtype):
-        out = x2 * (x2.sqr().mean_keepdim(-1) + eps).rsqrt() * w
-    else:
-        out = _row_op("rms_norm", x2, w._storage, w._layout, float(eps))
-        if tracks(x2, w):
-            record(out, "rms_norm", (x2, w), lambda g: _rms_norm_backward(x2, w, eps, g))
-    return out.reshape(shape)
+    return apply(RMS_NORM, x2, w, eps=float(eps)).reshape(shape)
 
 
-def _rms_norm_backward(x, w, eps, g):
+def _rms_norm_prepare(x, w, eps):
+    lay = x._layout
+    return lay.shape, x._dtype, (x._storage, lay, w._storage, w._layout, eps)
+
+
+def _rms_norm_backward(inputs, out, g, eps):
     """With r = rsqrt(mean(x^2) + eps): dx = r * (gh - x * r^2 * mean(gh * x)), gh = g * w."""
+    x, w = inputs
     r = (x.sqr().mean_keepdim(-1) + eps).rsqrt()
     gh = g * w
     gx = r * (gh - x * (r * r) * (gh * x).mean_keepdim(-1))
@@ -171,21 +154,25 @@ def _rope_decomposed(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> 
     return cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
 
 
-def _rope(op: str, x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
-    cos, sin = _rope_args(op, x, cos, sin)
-    if not has_kernel(x._device, op, x._dtype):
-        return _rope_decomposed(x, cos, sin, interleaved)
-    out = _row_op(op, x, cos._storage, cos._layout, sin._storage, sin._layout)
-    if tracks(x, cos, sin):
-        record(out, op, (x, cos, sin), lambda g: _rope_backward(op, x, cos, sin, g, interleaved))
-    return out
+def _rope(op: OpDef, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    cos, sin = _rope_args(op.name, x, cos, sin)
+    return apply(op, x, cos, sin)
 
 
-def _rope_backward(op, x, cos, sin, g, interleaved):
+def _rope_prepare(x, cos, sin):
+    lay = x._layout
+    return lay.shape, x._dtype, (x._storage, lay, cos._storage, cos._layout, sin._storage, sin._layout)
+
+
+def _rope_backward(interleaved: bool):
+    return lambda inputs, out, g: _rope_grads(*inputs, g, interleaved)
+
+
+def _rope_grads(x, cos, sin, g, interleaved):
     """The rotation's inverse (sin negated) for x; for cos and sin, the
     products of each pair with its gradient, summed over heads (and batch
     when they are shared across it)."""
-    gx = _rope(op, g, cos, -sin, interleaved) if x._node is not None else None
+    gx = _rope(ROPE_I if interleaved else ROPE, g, cos, -sin) if x._node is not None else None
     if cos._node is None and sin._node is None:
         return gx, None, None
     half = x.shape[-1] // 2
@@ -201,14 +188,31 @@ def _rope_backward(op, x, cos, sin, g, interleaved):
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotary embedding rotating the two halves of head_dim; x is (b, h, t, d)."""
-    return _rope("rope", x, cos, sin, False)
+    return _rope(ROPE, x, cos, sin)
 
 
 def rope_i(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotary embedding rotating interleaved pairs (x[2i], x[2i+1]); x is (b, h, t, d)."""
-    return _rope("rope_i", x, cos, sin, True)
+    return _rope(ROPE_I, x, cos, sin)
 
 
 def rope_thd(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """rope for x laid out (b, t, h, d)."""
     return rope(x.transpose(1, 2), cos, sin).transpose(1, 2)
+
+
+# dy = y * (g - sum(g * y)) for softmax, g - softmax * sum(g) for log_softmax
+SOFTMAX_LAST = define(OpDef("softmax_last", prepare=_rows_prepare,
+                            backward=lambda inputs, y, g: (y * (g - (g * y).sum_keepdim(-1)),),
+                            decompose=lambda x: softmax_decomposed(x, -1)))
+LOG_SOFTMAX_LAST = define(OpDef("log_softmax_last", prepare=_rows_prepare,
+                                backward=lambda inputs, y, g: (g - y.exp() * g.sum_keepdim(-1),),
+                                decompose=lambda x: log_softmax_decomposed(x, -1)))
+LAYER_NORM = define(OpDef("layer_norm", prepare=_layer_norm_prepare, backward=_layer_norm_backward,
+                          decompose=_layer_norm_decomposed))
+RMS_NORM = define(OpDef("rms_norm", prepare=_rms_norm_prepare, backward=_rms_norm_backward,
+                        decompose=lambda x, w, eps: x * (x.sqr().mean_keepdim(-1) + eps).rsqrt() * w))
+ROPE = define(OpDef("rope", prepare=_rope_prepare, backward=_rope_backward(False),
+                    decompose=lambda x, cos, sin: _rope_decomposed(x, cos, sin, False)))
+ROPE_I = define(OpDef("rope_i", prepare=_rope_prepare, backward=_rope_backward(True),
+                      decompose=lambda x, cos, sin: _rope_decomposed(x, cos, sin, True)))

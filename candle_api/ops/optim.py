@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..autograd.graph import no_grad
 from ..tensor import Tensor
-from .core import has_kernel, kernel
+from .dispatch import OpDef, apply, define
 from .shape import contiguous, copy_into
 
 
@@ -19,15 +19,16 @@ def adamw_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor,
                beta1: float, beta2: float, eps: float, weight_decay: float) -> None:
     """One AdamW update (decoupled weight decay, bias-corrected moments) of
     param and its two moment buffers, in place; ``step`` counts from 1."""
-    dev, dtype = param._device, param._dtype
-    grad = grad.to_dtype(dtype)
-    if has_kernel(dev, "adamw_step", dtype) and all(t._layout.contiguous for t in (param, exp_avg, exp_avg_sq)):
-        grad = contiguous(grad)
-        kernel(dev, "adamw_step", dtype)(param._storage, param._layout, grad._storage, grad._layout,
-                                         exp_avg._storage, exp_avg._layout, exp_avg_sq._storage, exp_avg_sq._layout,
-                                         float(lr), float(beta1), float(beta2), float(eps), float(weight_decay),
-                                         int(step))
-        return
+    grad = grad.to_dtype(param._dtype)
+    hyper = dict(lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(eps),
+                 weight_decay=float(weight_decay), step=int(step))
+    if all(t._layout.contiguous for t in (param, exp_avg, exp_avg_sq)):  # the kernel's buffers are contiguous
+        apply(ADAMW_STEP, param, contiguous(grad), exp_avg, exp_avg_sq, **hyper)
+    else:
+        _adamw_decomposed(param, grad, exp_avg, exp_avg_sq, **hyper)
+
+
+def _adamw_decomposed(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, step):
     m = exp_avg * beta1 + grad * (1 - beta1)
     v = exp_avg_sq * beta2 + grad * grad * (1 - beta2)
     _assign(exp_avg, m)
@@ -36,24 +37,41 @@ def adamw_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor,
     _assign(param, param * (1 - lr * weight_decay) - update * lr)
 
 
+def _adamw_prepare(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, step):
+    return None, None, (param._storage, param._layout, grad._storage, grad._layout, exp_avg._storage,
+                        exp_avg._layout, exp_avg_sq._storage, exp_avg_sq._layout, lr, beta1, beta2, eps,
+                        weight_decay, step)
+
+
 @no_grad()
 def sgd_step(param: Tensor, grad: Tensor, momentum_buf: Tensor | None, first: bool, lr: float, momentum: float,
              dampening: float, nesterov: bool, weight_decay: float) -> None:
     """One SGD update of param in place (torch.optim.SGD's rule): the momentum
     buffer, when given, is updated too (``first``: it starts as the gradient)."""
-    dev, dtype = param._device, param._dtype
-    grad = grad.to_dtype(dtype)
+    grad = grad.to_dtype(param._dtype)
+    hyper = dict(lr=float(lr), weight_decay=float(weight_decay), momentum=float(momentum),
+                 dampening=float(dampening), nesterov=bool(nesterov), first=bool(first))
     buffers = (param,) + ((momentum_buf,) if momentum_buf is not None else ())
-    if has_kernel(dev, "sgd_step", dtype) and all(t._layout.contiguous for t in buffers):
-        grad = contiguous(grad)
-        buf_args = (momentum_buf._storage, momentum_buf._layout) if momentum_buf is not None else (None, None)
-        kernel(dev, "sgd_step", dtype)(param._storage, param._layout, grad._storage, grad._layout, *buf_args,
-                                       float(lr), float(weight_decay), float(momentum), float(dampening),
-                                       bool(nesterov), bool(first))
-        return
+    if all(t._layout.contiguous for t in buffers):  # the kernel's buffers are contiguous
+        apply(SGD_STEP, param, contiguous(grad), momentum_buf, **hyper)
+    else:
+        _sgd_decomposed(param, grad, momentum_buf, **hyper)
+
+
+def _sgd_decomposed(param, grad, momentum_buf, lr, weight_decay, momentum, dampening, nesterov, first):
     d = grad + param * weight_decay if weight_decay else grad
     if momentum_buf is not None:
         buf = d if first else momentum_buf * momentum + d * (1 - dampening)
         _assign(momentum_buf, buf)
         d = d + buf * momentum if nesterov else buf
     _assign(param, param - d * lr)
+
+
+def _sgd_prepare(param, grad, buf, lr, weight_decay, momentum, dampening, nesterov, first):
+    buf_args = (buf._storage, buf._layout) if buf is not None else (None, None)
+    return None, None, (param._storage, param._layout, grad._storage, grad._layout, *buf_args, lr, weight_decay,
+                        momentum, dampening, nesterov, first)
+
+
+ADAMW_STEP = define(OpDef("adamw_step", prepare=_adamw_prepare, decompose=_adamw_decomposed))
+SGD_STEP = define(OpDef("sgd_step", prepare=_sgd_prepare, decompose=_sgd_decomposed))

@@ -3,12 +3,12 @@ argmin (kernels), and mean, var, log_sum_exp (composed from them); cumsum."""
 
 from __future__ import annotations
 
-from ..autograd.graph import record, tracks
 from ..dtype import f64, u32
 from ..errors import DTypeError, ShapeError
-from ..layout import Layout, normalize_dim
+from ..layout import normalize_dim
 from ..tensor import Tensor
-from .core import dims_arg, kernel, make, require_float
+from .core import dims_arg, require_float
+from .dispatch import OpDef, apply, define
 from .elementwise import cast
 
 
@@ -18,35 +18,46 @@ def _out_shape(shape: tuple, dims: tuple, keepdim: bool) -> tuple:
     return tuple(d for i, d in enumerate(shape) if i not in dims)
 
 
-def _run(op: str, x: Tensor, dims: tuple, keepdim: bool, out_dtype) -> Tensor:
-    shape = x._layout.shape
-    lay = Layout.contig(_out_shape(shape, dims, keepdim))
-    if op not in ("sum", "prod") and lay.numel and any(shape[d] == 0 for d in dims):
-        raise ShapeError(f"{op}: cannot reduce an empty dim (shape {shape}, dims {list(dims)})")
-    dev = x._device
-    out = dev.backend.alloc(lay.numel * out_dtype.itemsize)
-    if lay.numel:
-        kernel(dev, op, x._dtype)(out, x._storage, x._layout, dims)
-    t = make(out, lay, out_dtype, dev)
-    if out_dtype is x._dtype and tracks(x):
-        keep = _out_shape(shape, dims, True)
-        rule, y = _GRADS[op], t.detach().reshape(keep)  # detached: holding t would be a reference cycle
-        record(t, op, (x,), lambda g: (rule(x, y, g.reshape(keep), dims),))
-    return t
+def _run(op: str, x: Tensor, dims: tuple, keepdim: bool) -> Tensor:
+    return apply(REDUCE[op], x, dims=dims, keepdim=keepdim)
+
+
+def _reduce_prepare(name: str, out_dtype):
+    """prepare for a reduction; out_dtype None keeps x's dtype."""
+    needs_values = name not in ("sum", "prod")  # no identity: an empty reduced dim has no answer
+
+    def prepare(x, dims, keepdim):
+        lay = x._layout
+        shape = lay.shape
+        out_shape = _out_shape(shape, dims, keepdim)
+        if needs_values and any(shape[d] == 0 for d in dims) and 0 not in out_shape:
+            raise ShapeError(f"{name}: cannot reduce an empty dim (shape {shape}, dims {list(dims)})")
+        return out_shape, out_dtype or x._dtype, (x._storage, lay, dims)
+
+    return prepare
+
+
+def _reduce_backward(rule):
+    def backward(inputs, out, g, dims, keepdim):
+        x = inputs[0]
+        keep = _out_shape(x.shape, dims, True)
+        return (rule(x, out.reshape(keep), g.reshape(keep), dims),)
+
+    return backward
 
 
 def _extreme_grad(x, out, g, dims):
     """max/min: the gradient goes to the extreme elements, split evenly on ties."""
     hit = cast(x == out, x._dtype)
-    return hit * (g / _run("sum", hit, dims, True, x._dtype))
+    return hit * (g / _run("sum", hit, dims, True))
 
 
 def _prod_grad(x, out, g, dims):
     """d prod / d x_i = the product of the others: out / x_i without zeros; with
     one zero only that element gets the product of the rest; with more, none."""
     is_zero = x == 0
-    zeros = _run("sum", cast(is_zero, x._dtype), dims, True, x._dtype)
-    rest = _run("prod", is_zero.where_cond(1.0, x), dims, True, x._dtype)
+    zeros = _run("sum", cast(is_zero, x._dtype), dims, True)
+    rest = _run("prod", is_zero.where_cond(1.0, x), dims, True)
     no_zero = (zeros == 0).where_cond(out / is_zero.where_cond(1.0, x), 0.0)
     one_zero = ((zeros == 1) * is_zero).where_cond(rest, 0.0)
     return g * (no_zero + one_zero)
@@ -62,14 +73,14 @@ _GRADS = {
 
 def reduce(op: str, x: Tensor, dim, keepdim: bool) -> Tensor:
     """sum / prod / max / min over dim (int, list, or None for all); same dtype out."""
-    return _run(op, x, dims_arg(op, dim, x.rank), keepdim, x._dtype)
+    return _run(op, x, dims_arg(op, dim, x.rank), keepdim)
 
 
 def arg(op: str, x: Tensor, dim, keepdim: bool) -> Tensor:
     """argmax / argmin: u32 index along dim, or into the flattened tensor when dim is None."""
     if dim is not None and not isinstance(dim, int):
         raise ShapeError(f"{op} takes a single dim, got {dim!r}")
-    return _run(op, x, dims_arg(op, dim, x.rank), keepdim, u32)
+    return _run(op, x, dims_arg(op, dim, x.rank), keepdim)
 
 
 def _count(x: Tensor, dims: tuple) -> int:
@@ -85,7 +96,7 @@ def mean(x: Tensor, dim, keepdim: bool) -> Tensor:
     n = _count(x, dims)
     if x._dtype.is_int:
         return cast(mean(cast(x, f64), dims, keepdim), x._dtype)
-    total = _run("sum", x, dims, keepdim, x._dtype)
+    total = _run("sum", x, dims, keepdim)
     return total.affine(1.0 / n if n else float("nan"), 0.0)
 
 
@@ -95,7 +106,7 @@ def var(x: Tensor, dim, keepdim: bool, unbiased: bool = True) -> Tensor:
     n = _count(x, dims)
     centered = x - mean(x, dims, True)
     denom = n - 1 if unbiased else n
-    return _run("sum", centered * centered, dims, keepdim, x._dtype).affine(
+    return _run("sum", centered * centered, dims, keepdim).affine(
         1.0 / denom if denom > 0 else float("nan"), 0.0
     )
 
@@ -104,27 +115,23 @@ def log_sum_exp(x: Tensor, dim, keepdim: bool) -> Tensor:
     """log(sum(exp(x))) over dim, shifting by the max so large values do not overflow."""
     require_float("log_sum_exp", x)
     dims = dims_arg("log_sum_exp", dim, x.rank)
-    m = _run("max", x, dims, True, x._dtype).detach()  # a shift: the result does not depend on it
+    m = _run("max", x, dims, True).detach()  # a shift: the result does not depend on it
     # Rows whose max is +-inf would give inf - inf = NaN: shift them by 0 instead.
     finite = (m - m) == 0
     m = finite.where_cond(m, 0.0)
-    s = _run("sum", (x - m).exp(), dims, True, x._dtype).log() + m
+    s = _run("sum", (x - m).exp(), dims, True).log() + m
     return s if keepdim else s.reshape(_out_shape(x.shape, dims, False))
 
 
 def cumsum(x: Tensor, dim: int) -> Tensor:
-    dim = normalize_dim(dim, x.rank) if x.rank else 0
     if x.rank == 0:
         return x.copy()
-    dev = x._device
-    lay = Layout.contig(x._layout.shape)
-    out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
-    if lay.numel:
-        kernel(dev, "cumsum", x._dtype)(out, x._storage, x._layout, dim)
-    t = make(out, lay, x._dtype, dev)
-    if tracks(x):  # the gradient is the reversed cumulative sum of g
-        record(t, "cumsum", (x,), lambda g: (cumsum(g.flip(dim), dim).flip(dim),))
-    return t
+    return apply(CUMSUM, x, dim=normalize_dim(dim, x.rank))
+
+
+def _cumsum_prepare(x, dim):
+    lay = x._layout
+    return lay.shape, x._dtype, (x._storage, lay, dim)
 
 
 def equal(a: Tensor, b) -> bool:
@@ -138,3 +145,11 @@ def equal(a: Tensor, b) -> bool:
     if a._layout.numel == 0:
         return True
     return bool((a == b).min_all().item())
+
+
+REDUCE = {name: define(OpDef(name, prepare=_reduce_prepare(name, None), backward=_reduce_backward(rule)))
+          for name, rule in _GRADS.items()}
+REDUCE.update({name: define(OpDef(name, prepare=_reduce_prepare(name, u32))) for name in ("argmax", "argmin")})
+# the gradient is the reversed cumulative sum of g
+CUMSUM = define(OpDef("cumsum", prepare=_cumsum_prepare,
+                      backward=lambda inputs, out, g, dim: (cumsum(g.flip(dim), dim).flip(dim),)))

@@ -10,14 +10,20 @@ from ..autograd.helpers import scatter_view, sum_to
 from ..errors import IndexOutOfRangeError, ShapeError
 from ..layout import MAX_DIMS, Layout, check_shape, normalize_dim, numel
 from ..tensor import Tensor
-from .core import check_tensor, derived_view, empty, kernel, same_device, same_dtype, view
+from .core import check_tensor, derived_view, empty, same_device, same_dtype, view
+from .dispatch import OpDef, apply, define
 from .creation import zeros
 
 
 def copy_into(dst: Tensor, dst_layout: Layout, src: Tensor) -> None:
     """Copies src into the dst_layout view of dst's storage (same shape and dtype)."""
     if src._layout.numel:
-        kernel(dst._device, "copy", dst._dtype)(dst._storage, dst_layout, src._storage, src._layout)
+        apply(COPY, dst, src, layout=dst_layout)
+
+
+# In place: the kernel writes the dst view itself (no output is allocated).
+COPY = define(OpDef("copy", prepare=lambda dst, src, layout: (None, None, (dst._storage, layout, src._storage,
+                                                                            src._layout))))
 
 
 def contiguous(x: Tensor) -> Tensor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 
 from candle_api.dtype import ALL_DTYPES, FLOAT_DTYPES, i64
+from candle_api.layout import contiguous_strides
 
 from . import library
 from .library import BINARY_FN, PARAM_FN, UNARY_FN
@@ -193,6 +194,17 @@ def build_kernels() -> dict:
     for dt in ALL_DTYPES:
         add("matmul", dt, matmul_kernel(dt))
 
+    def copy_to_contiguous(dt):
+        """out <- x, out contiguous: the starting values of the in-place index kernels."""
+        isz = dt.itemsize
+
+        def copy(out, x, lx):
+            if lx.numel and lib.cd_copy(isz, lay(lx.shape, lx.strides, contiguous_strides(lx.shape)),
+                                        x.ptr + lx.offset * isz, out.ptr):
+                raise error()
+
+        return copy
+
     # ---- indexing ----------------------------------------------------------------------------
     def index_select_kernel(dt):
         isz = dt.itemsize
@@ -218,22 +230,26 @@ def build_kernels() -> dict:
 
     def scatter_kernel(dt, accumulate):
         isz = dt.itemsize
+        copy = copy_to_contiguous(dt)
 
-        def kernel(dst, ld, ids, lids, id_dtype, src, ls, dim):
-            desc = pack([len(lids.shape), *lids.shape, *ls.strides, *lids.strides, *ld.strides, dim, ld.shape[dim]])
+        def kernel(out, x, lx, ids, lids, id_dtype, src, ls, dim):
+            copy(out, x, lx)
+            strides = contiguous_strides(lx.shape)
+            desc = pack([len(lids.shape), *lids.shape, *ls.strides, *lids.strides, *strides, dim, lx.shape[dim]])
             if lib.cd_scatter(dt.code, id_dtype.code, desc, ids.ptr + lids.offset * id_dtype.itemsize,
-                              src.ptr + ls.offset * isz, dst.ptr + ld.offset * isz, accumulate):
+                              src.ptr + ls.offset * isz, out.ptr, accumulate):
                 raise error()
 
         return kernel
 
     def index_add_kernel(dt):
         isz = dt.itemsize
+        copy = copy_to_contiguous(dt)
 
-        def kernel(dst, ld, ids, id_dtype, src, ls, dim):
-            desc = pack([len(ls.shape), *ls.shape, *ls.strides, dim, ld.shape[dim]])
-            if lib.cd_index_add(dt.code, id_dtype.code, desc, ids.ptr, src.ptr + ls.offset * isz,
-                                dst.ptr + ld.offset * isz):
+        def kernel(out, x, lx, ids, id_dtype, src, ls, dim):
+            copy(out, x, lx)
+            desc = pack([len(ls.shape), *ls.shape, *ls.strides, dim, lx.shape[dim]])
+            if lib.cd_index_add(dt.code, id_dtype.code, desc, ids.ptr, src.ptr + ls.offset * isz, out.ptr):
                 raise error()
 
         return kernel

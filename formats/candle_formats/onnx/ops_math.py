@@ -68,7 +68,7 @@ for _name, _kernel in {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}.i
 
 for _name, _kernel in {"Equal": "eq", "Greater": "gt", "Less": "lt", "GreaterOrEqual": "ge",
                        "LessOrEqual": "le"}.items():
-    op(_name)(lambda node, a, b, k=_kernel: ew.binary(k, a, b, c.u8))
+    op(_name)(lambda node, a, b, k=_kernel: ew.binary(k, a, b))
 
 
 @op("And")

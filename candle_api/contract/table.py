@@ -1,0 +1,159 @@
+"""The kernel table: every kernel a backend may provide, on one screen.
+
+Each row names a kernel, its family, how the core calls it, the dtypes it is
+keyed by, whether a backend must provide it, and, for an optional row, what
+runs on a device without it. The registry refuses a kernel that is neither a
+row here nor a custom op defined through the ``candle_api_custom_ops`` hook;
+docs/backend-contract.md is generated from this table
+(``python -m candle_api.contract.docs``).
+
+Conventions shared by every row: the core allocates every output (contiguous)
+before the call and calls a kernel only when that output is not empty. ``x,
+lx`` is an input storage and its :class:`~candle_api.layout.Layout` (any
+strides, zero strides for broadcast dims, an element offset); ``out`` is the
+output storage. A kernel raises :class:`~candle_api.errors.KernelError` (or
+``IndexOutOfRangeError`` for an index outside its dim, its message containing
+"out of range for a dimension"); it must be thread-safe, and its result must
+not depend on the number of threads.
+
+The table is versioned. ``CONTRACT_VERSION`` grows when rows are added; a row
+records the version that added it (``since``), and a backend declares the
+version it implements (``BackendSpec.contract_version``). On a backend older
+than a row, the row runs as its decomposition when it has one, and is
+reported unsupported (naming both versions) when it has none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The newest contract version this candle-api knows.
+CONTRACT_VERSION = 1
+
+ALL = ("u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64")
+FLOATS = ("bf16", "f16", "f32", "f64")
+NO_I64 = tuple(d for d in ALL if d != "i64")  # kernels that go through double, exact below 2^53
+F32_F64 = ("f32", "f64")
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One kernel of the contract."""
+
+    name: str
+    family: str
+    call: str                # how the core calls it: "k(out, x, lx)"
+    dtypes: tuple            # the dtypes it is keyed by (the first input's unless the notes say)
+    required: bool = True    # a backend implementing the row's version must provide it for these dtypes
+    without: str = ""        # optional rows: what runs on a device without the kernel
+    since: int = 1           # the contract version that added the row
+    notes: str = ""
+
+    @property
+    def args(self) -> tuple:
+        """The call's argument names: ("out", "x", "lx")."""
+        inner = self.call[self.call.index("(") + 1 : self.call.rindex(")")]
+        return tuple(a.strip() for a in inner.split(",") if a.strip())
+
+
+def _rows(family, call, dtypes, names, **kw) -> list:
+    return [KernelRow(n, family, call, dtypes, **kw) for n in names.split()]
+
+
+UNARY = "k(out, x, lx)"
+PARAM = "k(out, x, lx, p0, p1)"
+BINARY = "k(out, a, la, b, lb)"
+
+ROWS: tuple = tuple([
+    # ---- elementwise --------------------------------------------------------------------------
+    *_rows("unary", UNARY, ALL, "abs neg sign ceil floor round trunc"),
+    *_rows("unary", UNARY, FLOATS, "recip sqrt exp expm1 log log1p sin cos tan asin acos atan sinh cosh tanh "
+                                   "asinh acosh atanh erf"),
+    KernelRow("sqr", "unary", UNARY, ALL, False, "x * x"),
+    KernelRow("relu", "unary", UNARY, ALL, False, "maximum(x, 0)"),
+    KernelRow("rsqrt", "unary", UNARY, FLOATS, False, "recip(sqrt(x))"),
+    KernelRow("sigmoid", "unary", UNARY, FLOATS, False, "recip(exp(-x) + 1)"),
+    KernelRow("silu", "unary", UNARY, FLOATS, False, "x * sigmoid(x)"),
+    KernelRow("gelu", "unary", UNARY, FLOATS, False, "the tanh approximation from mul, add and tanh"),
+    KernelRow("gelu_erf", "unary", UNARY, FLOATS, False, "x / 2 * (1 + erf(x / sqrt(2)))"),
+    KernelRow("softplus", "unary", UNARY, FLOATS, False, "where(x > 20, x, log1p(exp(min(x, 20))))"),
+    KernelRow("affine", "param", PARAM, ALL, notes="x * p0 + p1 (integers: computed exactly, then wrapped)"),
+    KernelRow("powf", "param", PARAM, FLOATS, notes="x ** p0"),
+    KernelRow("elu", "param", PARAM, FLOATS, notes="x if x > 0 else p0 * (exp(x) - 1)"),
+    KernelRow("leaky_relu", "param", PARAM, FLOATS, False, "where(x > 0, x, x * p0)"),
+    KernelRow("clamp", "param", PARAM, ALL, False, "minimum(maximum(x, p0), p1) with scalars",
+              notes="p0 <= x <= p1 (either bound may be infinite); NaN propagates"),
+    *_rows("binary", BINARY, ALL, "add sub mul div maximum minimum pow rem fmod",
+           notes="la.shape == lb.shape (the core broadcasts with zero strides); integer division truncates "
+                 "and raises KernelError on zero; maximum/minimum propagate NaN"),
+    *_rows("compare", BINARY, ALL, "eq ne lt le gt ge", notes="out is u8 (0 or 1)"),
+    KernelRow("where", "select", "k(out, c, lc, t, lt, f, lf)", ALL,
+              notes="keyed by the values' dtype; c is u8 (nonzero picks t); all three broadcast to out's shape"),
+    KernelRow("cast", "cast", "k(out, x, lx, dst_dtype)", ALL,
+              notes="keyed by the source dtype, to any dtype; floats saturate into integers, NaN to 0; "
+                    "integers wrap into narrower integers"),
+    # ---- memory ---------------------------------------------------------------------------------
+    KernelRow("copy", "memory", "k(dst, ldst, src, lsrc)", ALL,
+              notes="strided to strided, in place on dst (negative strides possible)"),
+    KernelRow("fill", "memory", "k(dst, ldst, value)", ALL, notes="in place; value is itemsize raw bytes"),
+    # ---- reductions -------------------------------------------------------------------------------
+    *_rows("reduce", "k(out, x, lx, dims)", ALL, "sum prod max min argmax argmin",
+           notes="dims: sorted tuple of the reduced dims; out holds the kept dims in order; arg* write u32 "
+                 "flat indices within dims (the first extreme); max/min propagate NaN"),
+    KernelRow("cumsum", "scan", "k(out, x, lx, dim)", ALL),
+    # ---- products ---------------------------------------------------------------------------------
+    KernelRow("matmul", "matmul", "k(out, a, la, b, lb)", ALL,
+              notes="la (batch..., m, k), lb (batch..., k, n) with the batch dims already broadcast (zero "
+                    "strides), any strides; out (batch..., m, n); integers wrap"),
+    # ---- indexing ---------------------------------------------------------------------------------
+    KernelRow("index_select", "index", "k(out, x, lx, ids, lids, ids_dtype, dim)", ALL,
+              notes="ids 1-d, any index dtype (u8 u32 i16 i32 i64); bounds-checked"),
+    KernelRow("gather", "index", "k(out, x, lx, ids, lids, ids_dtype, dim)", ALL, notes="out has the ids' shape"),
+    KernelRow("scatter", "index", "k(out, x, lx, ids, lids, ids_dtype, src, lsrc, dim)", ALL,
+              notes="out is x with src written at ids along dim; ids and lsrc have the same shape"),
+    KernelRow("scatter_add", "index", "k(out, x, lx, ids, lids, ids_dtype, src, lsrc, dim)", ALL,
+              notes="as scatter, adding; duplicate ids accumulate"),
+    KernelRow("index_add", "index", "k(out, x, lx, ids, ids_dtype, src, lsrc, dim)", ALL,
+              notes="out is x with src's slices added at ids along dim; ids 1-d contiguous"),
+    # ---- convolution, pooling, resampling ------------------------------------------------------------
+    *_rows("conv", "k(out, x, lx, w, lw, params)", FLOATS, "conv2d conv_transpose2d",
+           notes="params = (b, c_in, h, w, c_out, kh, kw, sh, sw, ph, pw, dh, dw, groups, oh, ow, oph, opw); "
+                 "1-d convolutions arrive with h = 1"),
+    KernelRow("conv2d_backward_weight", "conv", "k(out, x, lx, gout, lgout, params)", FLOATS, False,
+              "per group, a conv2d of x with gout (batch and channels swapped)",
+              notes="the gradient for w of conv2d(x, w) = gout; params as conv2d's"),
+    *_rows("pool", "k(out, x, lx, params)", NO_I64, "max_pool2d avg_pool2d",
+           notes="params = (b, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, count_include_pad)"),
+    KernelRow("max_pool2d_backward", "pool", "k(gx, x, lx, g, lg, params)", FLOATS, False,
+              "a walk over the window taps with compares and strided copies",
+              notes="the gradient for x; g contiguous; the first maximum of a window takes its gradient"),
+    KernelRow("avg_pool2d_backward", "pool", "k(gx, x, lx, g, lg, params)", FLOATS, False,
+              "a walk over the window taps with strided copies"),
+    KernelRow("upsample_nearest2d", "resample", "k(out, x, lx, out_h, out_w, align_corners)", NO_I64),
+    KernelRow("upsample_bilinear2d", "resample", "k(out, x, lx, out_h, out_w, align_corners)", FLOATS, False,
+              "two matmuls with the interpolation matrices (rows @ x @ cols^T)"),
+    # ---- fused ------------------------------------------------------------------------------------------
+    KernelRow("softmax_last", "fused", UNARY, FLOATS, False, "exp(x - max) / sum, over the last dim"),
+    KernelRow("log_softmax_last", "fused", UNARY, FLOATS, False, "x - max - log(sum(exp(x - max)))"),
+    KernelRow("layer_norm", "fused", "k(out, x, lx, w, lw, b, lb, eps)", FLOATS, False,
+              "mean, variance and rsqrt from reductions and elementwise ops",
+              notes="over the last dim; w and b 1-d contiguous; b and lb may be None"),
+    KernelRow("rms_norm", "fused", "k(out, x, lx, w, lw, eps)", FLOATS, False, "x * rsqrt(mean(x^2) + eps) * w"),
+    *_rows("fused", "k(out, x, lx, cos, lcos, sin, lsin)", FLOATS, "rope rope_i", required=False,
+           without="halves (rope) or pairs (rope_i) rotated with mul, sub, add and cat",
+           notes="x (b, h, t, d); cos/sin contiguous (t, d/2) or (b, t, d/2); rope rotates the halves of d, "
+                 "rope_i interleaved pairs"),
+    KernelRow("sdpa", "fused", "k(out, q, lq, k, lk, v, lv, mask, lmask, mask_dtype, causal, scale)", FLOATS,
+              False, "matmul, softmax and where: the whole score matrix at once",
+              notes="lq (batch..., L, E), lk (batch..., S, E), lv (batch..., S, Ev), batch dims broadcast; mask "
+                    "None, u8 (0 hides a key) or the query dtype (added), broadcast to (batch..., L, S); causal "
+                    "lets query i see keys j <= i; rows with every key hidden are zeros"),
+    # ---- optimizer steps (in place, every buffer contiguous) --------------------------------------------------
+    KernelRow("adamw_step", "optim", "k(p, lp, g, lg, m, lm, v, lv, lr, beta1, beta2, eps, weight_decay, step)",
+              F32_F64, False, "the same update from elementwise ops"),
+    KernelRow("sgd_step", "optim", "k(p, lp, g, lg, buf, lbuf, lr, weight_decay, momentum, dampening, nesterov, "
+              "first)", F32_F64, False, "the same update from elementwise ops", notes="buf None without momentum"),
+])
+
+BY_NAME: dict = {r.name: r for r in ROWS}
+assert len(BY_NAME) == len(ROWS), "a kernel name appears twice in the contract table"

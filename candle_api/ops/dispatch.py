@@ -1,0 +1,128 @@
+"""One op definition and one path from an op to a backend.
+
+Every op that reaches a kernel, built in or defined by a plugin, is an
+:class:`OpDef`: its name (which is the name of its kernel row in
+:mod:`candle_api.contract.table`, or of a custom op), how its inputs become
+the output's shape and dtype and the kernel's arguments, its backward and its
+decomposition. :func:`apply` is the only place that looks a kernel up and
+calls it: Tensor methods, ``functional``, ``nn``, the optimizers and
+``custom_op`` all end here, and so do the trace and the shadow check.
+
+The steady-state cost of :func:`apply` is one dict lookup, the op's
+``prepare``, one allocation and the kernel's own call; everything else
+(tracing, shadowing, recording for autograd) is one attribute test when it
+is off.
+"""
+
+from __future__ import annotations
+
+from ..autograd.graph import Node, _mode
+from ..contract.opdef import OpDef
+from ..errors import CandleError, PluginError
+from ..layout import Layout
+from ..tensor import Tensor
+
+_contig = Layout.contig
+_new = object.__new__
+
+
+#: Every op defined so far, built in or custom: name -> OpDef.
+OPS: dict[str, OpDef] = {}
+
+
+def define(op: OpDef) -> OpDef:
+    """Adds an op to :data:`OPS`; a name may be defined once."""
+    if not isinstance(op, OpDef):
+        raise PluginError(f"define() takes an OpDef, got {type(op).__name__}")
+    if OPS.get(op.name, op) is not op:
+        raise PluginError(f"op {op.name!r} is already defined")
+    OPS[op.name] = op
+    return op
+
+
+class Observer:
+    """What :func:`apply` tells the trace and the shadow check (see
+    candle_api.debug). Methods are called only while one is installed."""
+
+    def kernel(self, op: OpDef, device, dtype, inputs, params, out) -> None:
+        """A kernel ran (``out`` the result, or None for an in-place op)."""
+
+    def decomposed(self, op: OpDef, device, dtype) -> None:
+        """The op ran as its decomposition."""
+
+
+#: The installed observer, or None (the common case).
+observer: Observer | None = None
+
+
+def apply(op: OpDef, *inputs, **params):
+    """Runs op on its inputs' device: its kernel, else its decomposition."""
+    x = inputs[op.key]
+    dev = x._device
+    k = dev.kernels.get((op.name, x._dtype))
+    if k is None:
+        return _without_kernel(op, dev, x._dtype, inputs, params)
+    shape, dtype, args = op.prepare(*inputs, **params)
+    if shape is None:  # in place
+        k(*args)
+        if observer is not None:
+            observer.kernel(op, dev, x._dtype, inputs, params, None)
+        return None
+    lay = _contig(shape)
+    out = dev.backend.alloc(lay.numel * dtype.itemsize)
+    if lay.numel:
+        k(out, *args)
+    t = _new(Tensor)
+    t._storage, t._layout, t._dtype, t._device, t._node = out, lay, dtype, dev, None
+    if _mode.enabled and dtype.is_float:
+        for i in inputs:
+            if i is not None and i._node is not None:
+                _record(op, t, inputs, params)
+                break
+    if observer is not None:
+        observer.kernel(op, dev, x._dtype, inputs, params, t)
+    return t
+
+
+def _record(op: OpDef, out: Tensor, inputs: tuple, params: dict) -> None:
+    """Gives out the node of op. Optional inputs passed as None are left out of
+    the node, and so are their gradients."""
+    backward = op.backward
+    y = out.detach()  # a closure holding out itself would be a reference cycle
+    present = tuple(i for i, t in enumerate(inputs) if t is not None)
+
+    def grads(g):
+        if backward is None:
+            raise CandleError(f"op {op.name!r} has no backward: it cannot pass gradients to its inputs (give its "
+                              "OpDef a backward, or a decompose and run it on a device without the kernel)")
+        every = tuple(backward(inputs, y, g, **params))
+        return every if len(present) == len(inputs) else tuple(every[i] for i in present)
+
+    out._node = Node(op.name, tuple(inputs[i] for i in present), grads)
+
+
+def _without_kernel(op: OpDef, dev, dtype, inputs, params):
+    if op.decompose is not None:
+        if observer is not None:
+            observer.decomposed(op, dev, dtype)
+        return op.decompose(*inputs, **params)
+    raise unsupported(op.name, dev, dtype)
+
+
+def unsupported(name: str, device, dtype):
+    """The UnsupportedOpError for an op with no kernel and no decomposition on
+    device, naming the installed plugins and, for a contract row newer than
+    the backend, both versions."""
+    from ..contract.table import BY_NAME
+    from ..errors import UnsupportedOpError
+    from ..registry import registry
+
+    plugins = [f"{r.name} ({r.distribution} {r.version})".replace(" )", ")")
+               for r in registry().records() if not r.error]
+    err = UnsupportedOpError(name, str(device), str(dtype) if dtype is not None else None, plugins)
+    row = BY_NAME.get(name)
+    spec = registry().backends().get(getattr(device, "type", ""), (None,))[0]
+    if row is not None and spec is not None and row.since > spec.contract_version:
+        err.args = (f"{err.args[0]}; its kernel row was added in contract version {row.since} and the "
+                    f"{device.type} backend implements version {spec.contract_version}",)
+    return err
