@@ -18,7 +18,7 @@ from .dtype import (  # noqa: E402
 )
 from .errors import (  # noqa: E402
     BackendUnavailableError, CandleError, DeviceError, DTypeError, FormatError, IndexOutOfRangeError,
-    KernelError, PluginError, ShapeError, TensorNameError, UnsupportedOpError,
+    KernelError, PluginError, ReadOnlyError, ShapeError, TensorNameError, UnsupportedOpError,
 )
 from .info import plugins  # noqa: E402
 from .io import load, save  # noqa: E402
@@ -61,5 +61,5 @@ __all__ = [
     "randn_like", "from_numpy", "from_dlpack", "manual_seed", "custom_op", "register_plugin", "unregister_plugin", "cat", "concat", "stack", "where", "matmul",
     "u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "functional", "nn", "optim", "utils", "plugins", "load", "save",
     "CandleError", "ShapeError", "DTypeError", "DeviceError", "BackendUnavailableError", "UnsupportedOpError",
-    "IndexOutOfRangeError", "KernelError", "PluginError", "FormatError", "TensorNameError",
+    "IndexOutOfRangeError", "KernelError", "PluginError", "ReadOnlyError", "FormatError", "TensorNameError",
 ]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import threading
 
-from .errors import BackendUnavailableError, DeviceError
+from .contract.device import missing_members
+from .errors import BackendUnavailableError, DeviceError, PluginError
 from .registry import registry
 
 #: Seed of every device's random stream until manual_seed is called (fixed, as
@@ -60,6 +61,10 @@ class Device(str):
         self.index = index
         self.plugin = plugin
         self.backend = spec.open(index)
+        missing = missing_members(self.backend)
+        if missing:
+            raise PluginError(f"device {name!r}: the device object of plugin {plugin} lacks {', '.join(missing)} "
+                              "(see candle_api.contract.BackendDevice)")
         self.kernels = registry().kernel_table(dev_type).kernels
         self._seed = DEFAULT_SEED
         self._offset = 0

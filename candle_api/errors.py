@@ -42,6 +42,10 @@ class UnsupportedOpError(CandleError, NotImplementedError):
         )
 
 
+class ReadOnlyError(CandleError, ValueError):
+    """An in-place write into memory the caller may not change."""
+
+
 class IndexOutOfRangeError(CandleError, IndexError):
     """An index outside its dimension."""
 

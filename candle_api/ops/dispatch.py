@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from ..autograd.graph import Node, _mode
 from ..contract.opdef import OpDef
-from ..errors import CandleError, PluginError
+from ..contract.table import BY_NAME
+from ..errors import CandleError, PluginError, ReadOnlyError
 from ..layout import Layout
 from ..tensor import Tensor
 
@@ -63,7 +64,10 @@ def apply(op: OpDef, *inputs, **params):
     if k is None:
         return _without_kernel(op, dev, x._dtype, inputs, params)
     shape, dtype, args = op.prepare(*inputs, **params)
-    if shape is None:  # in place
+    if shape is None:  # in place, on the first input's storage
+        if not getattr(inputs[0]._storage, "writable", True):
+            raise ReadOnlyError(f"{op.name}: the tensor it writes into is read-only memory (a memory-mapped "
+                                "checkpoint, a read-only NumPy array or bytes): take a .copy() first")
         k(*args)
         if observer is not None:
             observer.kernel(op, dev, x._dtype, inputs, params, None)
@@ -102,7 +106,9 @@ def _record(op: OpDef, out: Tensor, inputs: tuple, params: dict) -> None:
 
 
 def _without_kernel(op: OpDef, dev, dtype, inputs, params):
-    if op.decompose is not None:
+    """The decomposition, for the dtypes the op's contract row covers."""
+    row = BY_NAME.get(op.name)
+    if op.decompose is not None and (row is None or dtype in row.dtypes):
         if observer is not None:
             observer.decomposed(op, dev, dtype)
         return op.decompose(*inputs, **params)
@@ -113,7 +119,6 @@ def unsupported(name: str, device, dtype):
     """The UnsupportedOpError for an op with no kernel and no decomposition on
     device, naming the installed plugins and, for a contract row newer than
     the backend, both versions."""
-    from ..contract.table import BY_NAME
     from ..errors import UnsupportedOpError
     from ..registry import registry
 

@@ -25,6 +25,36 @@ def pytest_addoption(parser):
         help="run the candle-api conformance tests on DEVICE (e.g. cpu, cuda:0); repeatable; "
         "default: every available device",
     )
+    group.addoption(
+        "--candle-strict",
+        action="store_true",
+        help="fail, instead of skipping, a case whose kernel the device lacks (for a backend that claims the "
+        "whole contract)",
+    )
+
+
+def pytest_configure(config):
+    """A device that no installed plugin provides, or that cannot run here, is
+    one usage error naming the devices there are, not a failure per test."""
+    wanted = config.getoption("candle_device", default=None)
+    if not wanted:
+        return
+    from candle_api.device import get_device
+    from candle_api.errors import DeviceError
+
+    for name in wanted:
+        try:
+            get_device(name)
+        except DeviceError as exc:
+            installed = ", ".join(available_devices()) or "none"
+            raise pytest.UsageError(f"--candle-device {name}: {exc}\ninstalled devices: {installed}") from None
+
+
+def missing_kernel(config, reason: str) -> None:
+    """A case the device has no kernel for: skipped, or failed with --candle-strict."""
+    if config.getoption("candle_strict", default=False):
+        pytest.fail(f"{reason} (--candle-strict)", pytrace=False)
+    pytest.skip(reason)
 
 
 def available_devices() -> list[str]:

@@ -1,0 +1,128 @@
+"""The contract as code: the table, its generated page, the op definitions
+that use it, and the registry's refusals."""
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+import candle_api as c
+from candle_api.contract import BY_NAME, ROWS, docs
+from candle_api.errors import PluginError, UnsupportedOpError
+from candle_api.hooks import BackendSpec, KernelSet, OpDef, hookimpl
+from candle_api.ops import dispatch
+from candle_api.registry import registry
+
+
+def test_the_page_is_generated_from_the_table():
+    assert docs.PAGE.read_text() == docs.render(), "run: python -m candle_api.contract.docs"
+
+
+def test_every_row_has_one_op_definition_and_every_builtin_op_a_row():
+    custom = set(registry().ops.names())
+    builtin = {name for name in dispatch.OPS if name not in custom}
+    assert builtin == set(BY_NAME)
+    for row in ROWS:
+        op = dispatch.OPS[row.name]
+        if not row.required:
+            assert op.decompose is not None, f"optional row {row.name} has no decomposition"
+
+
+def test_every_cpu_kernel_is_a_row_in_one_of_its_dtypes():
+    table = registry().kernel_table("cpu")
+    for op, dtype in table.kernels:
+        assert op in BY_NAME and dtype in BY_NAME[op].dtypes, (op, dtype)
+    cpu = {r.name: r for r in registry().records()}["cpu"]
+    assert not cpu.error
+
+
+class _Kernels:
+    def __init__(self, kernels):
+        self.kernels = kernels
+
+    @hookimpl
+    def candle_api_kernels(self, device_type):
+        return KernelSet(self.kernels, priority=-5) if device_type == "cpu" else None
+
+
+@pytest.mark.parametrize("kernels,why", [
+    ({("exp_fast", "f32"): lambda *a: None}, "'exp_fast' is not a kernel of the contract table"),
+    ({("softmax_last", "u8"): lambda *a: None}, "'softmax_last' has no u8 kernel in the contract"),
+    ({("exp", "f99"): lambda *a: None}, "'exp': 'f99' is not a dtype"),
+])
+def test_the_registry_refuses_kernels_the_contract_does_not_name(kernels, why):
+    with pytest.raises(PluginError, match=f"plugin 'stray' refused: kernels for cpu refused: {why}"):
+        c.register_plugin(_Kernels(kernels), "stray")
+    assert "stray" not in {r.name for r in registry().records()}
+    assert (c.ones(2) + 1).numpy().tolist() == [2.0, 2.0]
+
+
+def test_a_custom_op_makes_its_name_a_kernel_name():
+    class Plugin(_Kernels):
+        @hookimpl
+        def candle_api_custom_ops(self, registry):
+            registry.define(OpDef("twice", infer=lambda x: (x.shape, x.dtype), decompose=lambda x: x * 2))
+
+    name = c.register_plugin(Plugin({("twice", "f32"): lambda *a: None}), "twice-plugin")
+    try:
+        assert c.info.kernel_providers("cpu")["twice"] == {"f32": "twice-plugin"}
+    finally:
+        c.unregister_plugin(name)
+    assert "twice" not in dispatch.OPS and "twice" not in registry().ops.names()
+
+
+def test_a_custom_op_cannot_take_a_builtin_name():
+    with pytest.raises(PluginError, match="'exp' is built in"):
+        registry().ops.define(OpDef("exp", infer=lambda x: (x.shape, x.dtype)))
+
+
+def test_a_backend_for_a_newer_contract_is_refused():
+    class Future:
+        @hookimpl
+        def candle_api_backends(self):
+            return [BackendSpec("future", open=lambda i: None, availability=lambda: (True, ""),
+                                contract_version=99)]
+
+    with pytest.raises(PluginError, match="implements contract version 99.*upgrade candle-api"):
+        c.register_plugin(Future(), "future")
+
+
+def test_a_row_newer_than_the_backend_is_reported_with_both_versions(monkeypatch):
+    monkeypatch.setitem(BY_NAME, "erf", dataclasses.replace(BY_NAME["erf"], since=2))
+    err = dispatch.unsupported("erf", c.get_device("cpu"), c.f32)
+    assert isinstance(err, UnsupportedOpError)
+    assert "added in contract version 2 and the cpu backend implements version 1" in str(err)
+
+
+def test_a_decomposition_runs_only_for_the_rows_dtypes():
+    """sigmoid's row covers floats: an integer tensor is refused by name, not by
+    whichever op of the decomposition fails first."""
+    with pytest.raises(UnsupportedOpError, match="'sigmoid'"):
+        c.Tensor([1, 2]).sigmoid()
+
+
+def test_an_incomplete_device_object_is_named():
+    class Half:
+        def alloc(self, nbytes):
+            return bytearray(nbytes)
+
+    class Plugin:
+        @hookimpl
+        def candle_api_backends(self):
+            return [BackendSpec("half", open=lambda i: Half(), availability=lambda: (True, ""))]
+
+    name = c.register_plugin(Plugin(), "half")
+    try:
+        with pytest.raises(PluginError, match="lacks from_numpy, to_numpy, wrap, random"):
+            c.get_device("half")
+    finally:
+        c.unregister_plugin(name)
+
+
+def test_conformance_on_a_device_that_is_not_installed_is_one_usage_error():
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--pyargs", "candle_api.testing.conformance",
+                           "--candle-device", "nosuch"], capture_output=True, text=True)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "--candle-device nosuch: no installed plugin provides device type 'nosuch'" in proc.stderr
+    assert "installed devices: cpu" in proc.stderr
