@@ -6,22 +6,32 @@
     outputs = model.run({"input_ids": ids})         # {name: Tensor}
     [logits] = InferenceSession("model.onnx").run(None, {"input_ids": ids_array})
 
-The evaluator lives in the candle-formats distribution (``candle_formats.onnx``)
-and needs the ``onnx`` package; this module only re-exports it, so importing
-candle_api never imports either.
+The evaluator is a plugin: the module named by the ``candle_api.onnx`` entry
+point group (candle-formats provides one) exports these names, and this
+module re-exports them. Importing candle_api imports neither.
 """
 
 from __future__ import annotations
 
-_INSTALL = "pip install 'candle-formats[onnx]'  (installs candle-formats and onnx)"
+from importlib import metadata
 
-try:
-    import onnx as _onnx  # noqa: F401  (the evaluator's dependency: fail here, with the fix)
-    from candle_formats.onnx import InferenceSession, NodeError, ONNXModel, TensorDescription, \
-        UnsupportedNodeError, supported_ops
-except ImportError as exc:  # a clear message instead of a bare ModuleNotFoundError
-    missing = getattr(exc, "name", None) or "a dependency"
-    raise ImportError(f"candle_api.onnx needs {missing!r}, which is not installed: {_INSTALL}") from exc
+GROUP = "candle_api.onnx"
+NAMES = ("ONNXModel", "InferenceSession", "TensorDescription", "NodeError", "UnsupportedNodeError", "supported_ops")
+_INSTALL = "pip install 'candle-formats[onnx]'  (installs an ONNX evaluator plugin and the onnx package)"
 
-__all__ = ["ONNXModel", "InferenceSession", "TensorDescription", "NodeError", "UnsupportedNodeError",
-           "supported_ops"]
+
+def _evaluator():
+    found = sorted(metadata.entry_points(group=GROUP), key=lambda ep: ep.name)
+    if not found:
+        raise ImportError(f"candle_api.onnx needs an ONNX evaluator plugin (entry point group {GROUP!r}); "
+                          f"none is installed: {_INSTALL}")
+    try:
+        module = found[0].load()
+        return {name: getattr(module, name) for name in NAMES}
+    except ImportError as exc:  # the evaluator's own dependency (onnx): fail here, with the fix
+        missing = getattr(exc, "name", None) or "a dependency"
+        raise ImportError(f"candle_api.onnx needs {missing!r}, which is not installed: {_INSTALL}") from exc
+
+
+globals().update(_evaluator())
+__all__ = list(NAMES)

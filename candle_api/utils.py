@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .device import get_device
+from .dtype import f32
 from .errors import CandleError
 from .registry import registry
 
@@ -32,8 +33,11 @@ def device_count(device_type: str = "cuda") -> int:
 
 
 def has_mkl() -> bool:
-    """True when the MKL kernel plugin is installed and loaded."""
-    return any(r.name == "mkl" and not r.error for r in registry().records())
+    """True when the plugin serving f32 matmul on the cpu device is the MKL one."""
+    if "cpu" not in registry().backends():
+        return False
+    provider = registry().kernel_table("cpu").providers.get(("matmul", f32))
+    return provider is not None and provider[0] == "mkl"
 
 
 def has_accelerate() -> bool:
