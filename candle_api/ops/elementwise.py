@@ -61,10 +61,8 @@ def _clamp_decomposed(x: Tensor, p0: float, p1: float) -> Tensor:
 DECOMPOSITIONS = {
     "sigmoid": lambda x: (unary("neg", x).exp() + 1.0).recip(),
     "silu": lambda x: x * unary("sigmoid", x),
-    "gelu": lambda x: x * 0.5 * (((x * x * x) * 0.044715 + x) * math.sqrt(2.0 / math.pi)).tanh().affine(1.0, 1.0),
-    "gelu_erf": lambda x: x * 0.5 * (x * (1.0 / math.sqrt(2.0))).erf().affine(1.0, 1.0),
-    # as the kernels: x above 20, else log1p(exp(x)) (clamped, so neither branch overflows nor gives NaN gradients)
-    "softplus": lambda x: where(x > 20.0, x, x.clamp(None, 20.0).exp().log1p()),
+    # as the kernels: x above 20, else log(1 + exp(x)) in a form that overflows in no dtype
+    "softplus": lambda x: where(x > 20.0, x, unary("relu", x) + unary("neg", unary("abs", x)).exp().log1p()),
     "rsqrt": lambda x: x.sqrt().recip(),
     "sqr": lambda x: x * x,
     "relu": lambda x: binary("maximum", x, scalar(0, x._dtype, x._device)),
@@ -131,8 +129,8 @@ _AFFINE = {  # scalar forms that are one affine kernel: (mul, add) from the scal
     ("add", True): lambda s: (1.0, s),
     ("sub", False): lambda s: (1.0, -s),
     ("sub", True): lambda s: (-1.0, s),
-    ("mul", False): lambda s: (s, 0.0),
-    ("mul", True): lambda s: (s, 0.0),
+    ("mul", False): lambda s: (s, -0.0),  # x * s + -0.0 keeps the sign of a zero product; + 0.0 would not
+    ("mul", True): lambda s: (s, -0.0),
 }
 
 

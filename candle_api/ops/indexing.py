@@ -318,7 +318,8 @@ def _index_add_prepare(x, ids, src, dim):
     expected = x.shape[:dim] + (ids.shape[0],) + x.shape[dim + 1 :]
     if src.shape != expected:
         raise ShapeError(f"index_add: source shape {src.shape} should be {expected}")
-    return x.shape, x._dtype, (x._storage, x._layout, ids._storage, ids._dtype, src._storage, src._layout, dim)
+    return x.shape, x._dtype, (x._storage, x._layout, ids._storage, ids._layout, ids._dtype, src._storage,
+                               src._layout, dim)
 
 
 def embedding(ids: Tensor, table: Tensor) -> Tensor:

@@ -246,10 +246,11 @@ def build_kernels() -> dict:
         isz = dt.itemsize
         copy = copy_to_contiguous(dt)
 
-        def kernel(out, x, lx, ids, id_dtype, src, ls, dim):
+        def kernel(out, x, lx, ids, lids, id_dtype, src, ls, dim):
             copy(out, x, lx)
             desc = pack([len(ls.shape), *ls.shape, *ls.strides, dim, lx.shape[dim]])
-            if lib.cd_index_add(dt.code, id_dtype.code, desc, ids.ptr, src.ptr + ls.offset * isz, out.ptr):
+            if lib.cd_index_add(dt.code, id_dtype.code, desc, ids.ptr + lids.offset * id_dtype.itemsize,
+                                src.ptr + ls.offset * isz, out.ptr):
                 raise error()
 
         return kernel

@@ -1,0 +1,43 @@
+"""The entry point module: hook implementations only, and cheap to import
+(the kernels are built when the ref device is first used)."""
+
+from candle_api.contract import ALL
+from candle_api.hooks import BackendSpec, KernelSet, hookimpl
+
+from . import CONTRACT_VERSION
+
+
+def _open(index: int):
+    from .device import RefDevice
+
+    return RefDevice()
+
+
+def _details() -> str:
+    import numpy
+
+    return f"numpy {numpy.__version__}"
+
+
+@hookimpl
+def candle_api_backends():
+    return [
+        BackendSpec(
+            name="ref",
+            open=_open,
+            availability=lambda: (True, ""),
+            description="pure-NumPy reference kernels",
+            details=_details,
+            contract_version=CONTRACT_VERSION,
+            dtypes=ALL,
+        )
+    ]
+
+
+@hookimpl
+def candle_api_kernels(device_type: str):
+    if device_type != "ref":
+        return None
+    from .kernels import build_kernels
+
+    return KernelSet(build_kernels())
