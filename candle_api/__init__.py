@@ -29,11 +29,13 @@ from .ops.creation import (  # noqa: E402
 from .ops.custom import custom_op  # noqa: E402
 from .ops.elementwise import where  # noqa: E402
 from .registry import registry  # noqa: E402
+from .debug import ShadowMismatchError, install_from_environment, shadow, trace  # noqa: E402
 from .var import Var  # noqa: E402
 from .ops.linalg import matmul  # noqa: E402
 from .ops.shape import cat, stack  # noqa: E402
 
 concat = concatenate = cat
+install_from_environment()
 
 
 def register_plugin(plugin, name: str | None = None) -> str:
@@ -58,7 +60,7 @@ __all__ = [
     "Tensor", "Var", "GradStore", "autograd", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "DType", "Device", "get_device", "get_dtype", "tensor", "zeros", "ones", "full", "empty",
     "arange", "eye", "rand", "randn", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
-    "randn_like", "from_numpy", "from_dlpack", "manual_seed", "custom_op", "register_plugin", "unregister_plugin", "cat", "concat", "stack", "where", "matmul",
+    "randn_like", "from_numpy", "from_dlpack", "manual_seed", "custom_op", "register_plugin", "unregister_plugin", "cat", "concat", "stack", "where", "matmul", "trace", "shadow", "ShadowMismatchError",
     "u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "functional", "nn", "optim", "utils", "plugins", "load", "save",
     "CandleError", "ShapeError", "DTypeError", "DeviceError", "BackendUnavailableError", "UnsupportedOpError",
     "IndexOutOfRangeError", "KernelError", "PluginError", "ReadOnlyError", "FormatError", "TensorNameError",

@@ -15,6 +15,7 @@ from ..errors import DTypeError, ShapeError
 from ..layout import Layout, check_shape
 from ..tensor import Tensor, _shape_args
 from .core import make
+from . import dispatch
 from .dispatch import OpDef, apply, define
 
 
@@ -208,8 +209,10 @@ def to_device(x: Tensor, device) -> Tensor:
     dev = get_device(device)
     if dev is x._device:
         return x
-    host = np.ascontiguousarray(x.numpy())
+    host = x.numpy()  # from_array copies it (np.ascontiguousarray would make a 0-d array 1-d)
     out = from_array(host, x._dtype, dev)
+    if dispatch.observer is not None:
+        dispatch.observer.crossed(x._device, dev, host.nbytes)
     if x._node is not None and is_grad_enabled():
         source = x._device
         record(out, "to_device", (x,), lambda g: (to_device(g, source),))

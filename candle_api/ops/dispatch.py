@@ -42,14 +42,19 @@ def define(op: OpDef) -> OpDef:
 
 
 class Observer:
-    """What :func:`apply` tells the trace and the shadow check (see
-    candle_api.debug). Methods are called only while one is installed."""
+    """What :func:`apply` tells the trace and the shadow check
+    (:mod:`candle_api.debug`). Called only while one is installed."""
 
-    def kernel(self, op: OpDef, device, dtype, inputs, params, out) -> None:
-        """A kernel ran (``out`` the result, or None for an in-place op)."""
+    def run(self, op: OpDef, device, dtype, inputs, params, launch):
+        """A kernel is about to run: ``launch()`` runs it and returns the
+        output (None for an in-place op); return what it returns."""
+        return launch()
 
     def decomposed(self, op: OpDef, device, dtype) -> None:
-        """The op ran as its decomposition."""
+        """The op runs as its decomposition."""
+
+    def crossed(self, source, target, nbytes: int) -> None:
+        """A tensor was copied from one device to another."""
 
 
 #: The installed observer, or None (the common case).
@@ -63,14 +68,18 @@ def apply(op: OpDef, *inputs, **params):
     k = dev.kernels.get((op.name, x._dtype))
     if k is None:
         return _without_kernel(op, dev, x._dtype, inputs, params)
+    if observer is not None:
+        return observer.run(op, dev, x._dtype, inputs, params, lambda: _launch(op, k, dev, inputs, params))
+    return _launch(op, k, dev, inputs, params)
+
+
+def _launch(op: OpDef, k, dev, inputs: tuple, params: dict):
     shape, dtype, args = op.prepare(*inputs, **params)
     if shape is None:  # in place, on the first input's storage
         if not getattr(inputs[0]._storage, "writable", True):
             raise ReadOnlyError(f"{op.name}: the tensor it writes into is read-only memory (a memory-mapped "
                                 "checkpoint, a read-only NumPy array or bytes): take a .copy() first")
         k(*args)
-        if observer is not None:
-            observer.kernel(op, dev, x._dtype, inputs, params, None)
         return None
     lay = _contig(shape)
     out = dev.backend.alloc(lay.numel * dtype.itemsize)
@@ -83,8 +92,6 @@ def apply(op: OpDef, *inputs, **params):
             if i is not None and i._node is not None:
                 _record(op, t, inputs, params)
                 break
-    if observer is not None:
-        observer.kernel(op, dev, x._dtype, inputs, params, t)
     return t
 
 

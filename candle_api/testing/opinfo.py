@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from .. import autograd
+from ..contract.table import TOLERANCES
 from .. import functional as F
 from ..dtype import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, f64, from_numpy_dtype, get_dtype, u8, u32
 from ..ops.creation import from_array, full_like
@@ -40,9 +41,6 @@ FLOATS = tuple(d.name for d in FLOAT_DTYPES)
 INTS = tuple(d.name for d in INT_DTYPES)
 ALL = tuple(d.name for d in ALL_DTYPES)
 
-# (rtol, atol) by dtype: f32/f64 ops are correctly rounded or nearly so; f16
-# and bf16 compute in f32 and round once, so one unit in the last place.
-TOLERANCES = {"f64": (1e-12, 1e-12), "f32": (3e-6, 1e-6), "f16": (2e-3, 1e-3), "bf16": (1.6e-2, 1e-2)}
 
 
 class Index:
