@@ -128,3 +128,28 @@ def test_conformance_on_a_device_that_is_not_installed_is_one_usage_error():
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "--candle-device nosuch: no installed plugin provides device type 'nosuch'" in proc.stderr
     assert "installed devices: cpu" in proc.stderr
+
+
+# Gradient kernels themselves: differentiating through them again raises (their OpDef has no backward).
+_NO_BACKWARD = {"conv2d_backward_weight", "max_pool2d_backward", "avg_pool2d_backward"}
+
+
+def test_every_differentiable_builtin_op_has_a_backward():
+    """An op with float outputs either has a backward or is one of the
+    gradient kernels, whose missing backward raises when reached."""
+    for row in ROWS:
+        op = dispatch.OPS[row.name]
+        in_place = row.args[0] != "out"
+        if in_place or row.family == "compare" or row.name in ("argmax", "argmin") or row.name in _NO_BACKWARD:
+            continue
+        assert op.backward is not None, f"{row.name} has no backward"
+    for name in _NO_BACKWARD:
+        assert dispatch.OPS[name].backward is None
+
+
+def test_a_gradient_through_an_op_without_backward_raises():
+    x = c.randn(1, 1, 4, 4).requires_grad_()
+    g = c.ones(1, 1, 2, 2).requires_grad_()
+    gx = dispatch.apply(dispatch.OPS["max_pool2d_backward"], x, g, params=(1, 1, 4, 4, 2, 2, 2, 2, 0, 0, 1, 1, 2, 2, 1))
+    with pytest.raises(c.CandleError, match="'max_pool2d_backward' has no backward"):
+        gx.sum_all().backward()
