@@ -1,12 +1,15 @@
-"""Compiles csrc/*.c into libcandle_cpu.so, a plain C library loaded with ctypes.
+"""Compiles csrc/ into libcandle_cpu.so, a plain C library loaded with ctypes.
 
 Used by setup.py at ``pip install`` time and runnable on its own for development
 and sanitizer builds::
 
     python build_native.py --out /tmp/asan/libcandle_cpu.so --sanitize address,undefined
 
-Sources named ``*_avx2.c`` or ``*_avx512.c`` are compiled for that instruction set
-only; the library picks them at run time, so one build runs on any x86-64.
+The sources are csrc/runtime, csrc/kernels, csrc/arch/generic and the folder
+of this machine's architecture (csrc/arch/x86); headers are included by their
+path from csrc/. Sources named ``*_avx2.c`` or ``*_avx512.c`` are compiled for
+that instruction set only; the library picks one at run time, so one build
+runs on any x86-64.
 Set CANDLE_WERROR=1 to turn warnings into errors (CI does).
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -37,6 +41,8 @@ BASE_FLAGS = [
     # Kernels are generated for signed and unsigned types from one expression.
     "-Wno-type-limits",
 ]
+#: platform.machine() -> the folder under csrc/arch with its instruction sets.
+ARCH_DIRS = {"x86_64": "x86", "amd64": "x86"}
 ISA_FLAGS = {
     "_avx2.c": ["-mavx2", "-mfma", "-mf16c"],
     "_avx512.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c",
@@ -52,7 +58,12 @@ def compiler() -> str:
 
 
 def sources() -> list[Path]:
-    return sorted(CSRC.glob("*.c"))
+    machine = platform.machine()
+    arch = ARCH_DIRS.get(machine.lower())
+    if arch is None:
+        raise RuntimeError(f"candle-backend-cpu has no kernels for {machine} yet (see csrc/arch/ in its README)")
+    folders = ("runtime", "kernels", "arch/generic", f"arch/{arch}")
+    return sorted(src for folder in folders for src in (CSRC / folder).glob("*.c"))
 
 
 def flags_for(src: Path, sanitize: str | None) -> list[str]:
@@ -72,7 +83,7 @@ def build(out: Path, sanitize: str | None = None, jobs: int | None = None) -> Pa
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="candle-cpu-build-") as tmp:
         def compile_one(src: Path) -> Path:
-            obj = Path(tmp) / (src.stem + ".o")
+            obj = Path(tmp) / (src.relative_to(CSRC).with_suffix(".o").as_posix().replace("/", "-"))
             cmd = [cc, *flags_for(src, sanitize), "-I", str(CSRC), "-c", str(src), "-o", str(obj)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0 or proc.stderr.strip():

@@ -61,8 +61,10 @@ def _clamp_decomposed(x: Tensor, p0: float, p1: float) -> Tensor:
 DECOMPOSITIONS = {
     "sigmoid": lambda x: (unary("neg", x).exp() + 1.0).recip(),
     "silu": lambda x: x * unary("sigmoid", x),
-    # as the kernels: x above 20, else log(1 + exp(x)) in a form that overflows in no dtype
-    "softplus": lambda x: where(x > 20.0, x, unary("relu", x) + unary("neg", unary("abs", x)).exp().log1p()),
+    # as the kernels: x above 20, else log(1 + exp(x)) in a form that overflows in no dtype (maximum's
+    # gradient splits the tie at 0, so the gradient there is sigmoid(0) = 1/2 as the kernel's)
+    "softplus": lambda x: where(x > 20.0, x, binary("maximum", x, scalar(0, x._dtype, x._device))
+                                + unary("neg", unary("abs", x)).exp().log1p()),
     "rsqrt": lambda x: x.sqrt().recip(),
     "sqr": lambda x: x * x,
     "relu": lambda x: binary("maximum", x, scalar(0, x._dtype, x._device)),

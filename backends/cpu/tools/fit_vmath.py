@@ -1,10 +1,10 @@
-"""Fits the polynomial coefficients of the SIMD vector math (csrc/vmath_coeffs.h).
+"""Fits the polynomial coefficients of the SIMD vector math (csrc/templates/vmath_coeffs.h).
 
 Each function is reduced to a small interval and approximated by a polynomial
 fitted by weighted least squares on Chebyshev nodes (weights for relative error),
 then checked in float32 arithmetic over a dense sweep: the measured maximum
 error is printed next to each set and recorded in the header. Rerun to
-regenerate: python tools/fit_vmath.py > csrc/vmath_coeffs.h
+regenerate: python tools/fit_vmath.py > csrc/templates/vmath_coeffs.h
 """
 
 from __future__ import annotations

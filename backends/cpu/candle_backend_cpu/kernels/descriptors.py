@@ -1,0 +1,24 @@
+"""The packed int64 descriptors the C entry points read (``const int64_t *``)."""
+
+from __future__ import annotations
+
+import struct
+
+_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def pack(values) -> bytes:
+    """values as a packed int64 array."""
+    n = len(values)
+    s = _STRUCTS.get(n)
+    if s is None:
+        s = _STRUCTS[n] = struct.Struct(f"{n}q")
+    return s.pack(*values)
+
+
+def lay(shape, *stride_rows) -> bytes:
+    """A layout descriptor: [ndim, shape, strides of each operand]."""
+    vals = [len(shape), *shape]
+    for row in stride_rows:
+        vals += row
+    return pack(vals)

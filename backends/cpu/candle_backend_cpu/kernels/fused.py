@@ -1,0 +1,78 @@
+"""Fused kernels: softmax and log_softmax over the last dim, layer_norm and
+rms_norm, rotary embeddings and scaled-dot-product attention."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from ..library import error
+from .descriptors import lay, pack
+
+
+def softmax(fn, log, dt):
+    """k(out, x, lx): softmax_last (log 0) and log_softmax_last (1)."""
+    isz = dt.itemsize
+
+    def kernel(out, x, lx):
+        if fn(dt.code, lay(lx.shape, lx.strides), x.ptr + lx.offset * isz, out.ptr, log):
+            raise error()
+
+    return kernel
+
+
+def norm(fn, rms, dt):
+    """k(out, x, lx, w, lw, b, lb, eps) for layer_norm (rms 0), k(out, x, lx, w, lw, eps) for rms_norm (1)."""
+    isz = dt.itemsize
+
+    def kernel(out, x, lx, w, lw, *rest):
+        if rms:
+            b_ptr, eps = None, rest[0]
+        else:
+            b, lb, eps = rest
+            b_ptr = b.ptr + lb.offset * isz if b is not None else None
+        if fn(dt.code, lay(lx.shape, lx.strides), x.ptr + lx.offset * isz, w.ptr + lw.offset * isz, b_ptr, out.ptr,
+              eps, rms):
+            raise error()
+
+    return kernel
+
+
+def rope(fn, interleaved, dt):
+    """k(out, x, lx, cos, lcos, sin, lsin): rope (interleaved 0) and rope_i (1)."""
+    isz = dt.itemsize
+
+    def kernel(out, x, lx, cos, lcos, sin, lsin):
+        if fn(dt.code, pack(lx.shape), pack(lx.strides), x.ptr + lx.offset * isz, cos.ptr + lcos.offset * isz,
+              sin.ptr + lsin.offset * isz, out.ptr, interleaved, int(len(lcos.shape) == 3)):
+            raise error()
+
+    return kernel
+
+
+def sdpa(fn, dt):
+    """k(out, q, lq, k, lk, v, lv, mask, lmask, mask_dtype, causal, scale)."""
+    isz = dt.itemsize
+
+    def kernel(out, q, lq, k, lk, v, lv, mask, lm, mask_dtype, causal, scale):
+        *batch, n_q, e = lq.shape
+        n_k, e_v = lk.shape[-2], lv.shape[-1]
+        rows = [*lq.strides, *lk.strides, *lv.strides, *(lm.strides if mask is not None else [0] * len(lq.shape))]
+        desc = pack([len(batch), n_q, n_k, e, e_v, int(causal), *batch, *rows])
+        m_ptr = mask.ptr + lm.offset * mask_dtype.itemsize if mask is not None else None
+        if fn(dt.code, desc, q.ptr + lq.offset * isz, k.ptr + lk.offset * isz, v.ptr + lv.offset * isz, m_ptr,
+              mask_dtype.code if mask is not None else -1, out.ptr, scale):
+            raise error()
+
+    return kernel
+
+
+def makers(lib) -> dict:
+    return {
+        "softmax_last": partial(softmax, lib.cd_softmax_last, 0),
+        "log_softmax_last": partial(softmax, lib.cd_softmax_last, 1),
+        "layer_norm": partial(norm, lib.cd_norm_last, 0),
+        "rms_norm": partial(norm, lib.cd_norm_last, 1),
+        "rope": partial(rope, lib.cd_rope, 0),
+        "rope_i": partial(rope, lib.cd_rope, 1),
+        "sdpa": partial(sdpa, lib.cd_sdpa),
+    }

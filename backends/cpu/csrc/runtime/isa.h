@@ -1,0 +1,54 @@
+/* The one way instruction-set specific code is chosen: the table cd_ops,
+ * filled once when the library loads (isa.c). The portable entries come
+ * first (arch/generic); then the set in use, the best this CPU supports or
+ * the one CANDLE_CPU_ISA names, writes its own over them (arch/<machine>).
+ * Kernels call through cd_ops and never ask which set is in use. */
+#ifndef CANDLE_CPU_ISA_H
+#define CANDLE_CPU_ISA_H
+
+#include <stdint.h>
+
+#include "runtime/candle_cpu.h"
+
+/* C (m x n, row-major, leading dim ldc) = A @ B for A, B of dtype f32, bf16 or
+ * f16 (C is f32) or f64 (C is f64), at any strides. */
+typedef int cd_gemm_fn(int32_t dtype, int64_t m, int64_t n, int64_t k, const void *a, int64_t ars, int64_t acs,
+                       const void *b, int64_t brs, int64_t bcs, void *c, int64_t ldc);
+typedef void (*cd_half_to_f32)(int64_t n, const uint16_t *src, float *dst);
+typedef void (*cd_f32_to_half)(int64_t n, const float *src, uint16_t *dst);
+
+typedef struct {
+    const char *name;   /* what cd_isa() reports */
+    int bf16_dot;       /* bf16 x bf16 products run on AVX512-BF16 dot products */
+    cd_gemm_fn *gemm;
+    /* Contiguous f32 loops of unary ops; NULL: elementwise.c's portable loop. */
+    cd_unary_fn unary_f32[CD_UNARY_COUNT];
+    /* Block conversions between f32 and the half dtypes. */
+    cd_half_to_f32 f16_to_f32, bf16_to_f32;
+    cd_f32_to_half f32_to_f16, f32_to_bf16;
+    /* softmax (or log_softmax) and layer_norm (or rms_norm, b NULL) of one f32 row; y may be x. */
+    void (*softmax_row)(const float *x, float *y, int64_t n, int take_log);
+    void (*norm_row)(const float *x, float *y, int64_t n, const float *w, const float *b, float eps, int rms);
+    /* Contiguous f32 runs: the sum in double, and the max (or min), NaN when any is NaN. */
+    double (*sum_f32)(const float *x, int64_t n);
+    float (*extreme_f32)(const float *x, int64_t n, int is_max);
+} cd_isa_ops;
+
+extern cd_isa_ops cd_ops;
+
+/* An instruction set beyond the portable code: whether this CPU runs it, and
+ * what it writes over the portable entries. */
+typedef struct {
+    const char *name;
+    int (*supported)(void);
+    void (*fill)(cd_isa_ops *ops);
+} cd_isa_set;
+
+/* arch/generic: every entry, in portable C. */
+void cd_isa_fill_generic(cd_isa_ops *ops);
+cd_gemm_fn cd_gemm_generic;
+
+/* arch/<machine>: this architecture's sets, best first, ended by a NULL name. */
+extern const cd_isa_set cd_arch_sets[];
+
+#endif

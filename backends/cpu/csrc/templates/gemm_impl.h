@@ -1,0 +1,527 @@
+/* The GEMM, compiled once per instruction set around its microkernels
+ * (included by arch/generic/gemm_generic.c, arch/x86/gemm_avx2.c and
+ * gemm_avx512.c). The including file defines:
+ *
+ *   GEMM_ENTRY            the cd_gemm_fn to define (cd_gemm_avx512...)
+ *   F32_MR, F32_NR        the f32 register tile, and micro_f32()
+ *   F64_MR, F64_NR        the f64 register tile, and micro_f64()
+ *   F32_KC, F64_KC        the depth of a K slice
+ *   micro_f32_rows(), micro_f64_rows()  full-height tiles with A read in place
+ *   GEMM_BF16_DOT         (optional) micro_bf16() and the pair packers of the
+ *                         bf16 dot-product path
+ *
+ * MC and NC are sized at run time from this CPU's caches (cd_cache_bytes):
+ * an MC x KC block of A takes a sixth of L2, leaving room for the B micro-
+ * panels streaming through it and for C; a KC x NC block of B takes an eighth
+ * of L3. A sweep on Zen 4 (1 MiB L2) found the deepest KC that keeps these
+ * blocks in their caches fastest (KC 1024, MC 42 for f32): fewer passes over C.
+ *
+ * micro_T(kc, a_panel, b_panel, ldb, c, ldc, mr, nr, accumulate) computes an
+ * mr x nr (<= MR x NR) tile of C = (accumulate ? C : 0) + A_panel @ B_panel,
+ * B's rows ldb apart (NR when packed).
+ *
+ * Blocking follows BLIS: for each NC-wide block of columns and KC-deep slice
+ * of K, B is packed into NR-wide panels (shared by all threads); each thread
+ * then packs MC-row blocks of A into MR-row panels and runs the microkernel
+ * over its share of the tiles (templates/gemm_driver.h). When all rows fit
+ * one MC block, each B panel is used once, so each task packs the panels it
+ * uses just before using them.
+ * Small operands skip packing (use_in_place). Threads split M or N, never K,
+ * so every element of C is computed by the same sequence of operations
+ * whatever the thread count. Rows or columns of one (m == 1 or n == 1) take
+ * a GEMV path that streams the matrix without packing it (f32, f64, and bf16
+ * for a row times a row-major matrix: LLM decoding). */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "runtime/internal.h"
+#include "runtime/isa.h"
+
+/* Per-thread buffers for packed blocks (A, the shared B block, a B panel packed
+ * by its task), kept between calls (small products are frequent) and freed
+ * when the thread exits. */
+enum { BUF_A, BUF_B, BUF_PANEL, BUF_SLOTS };
+static pthread_key_t buf_key;
+static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
+
+typedef struct {
+    void *ptr[BUF_SLOTS];
+    int64_t cap[BUF_SLOTS];
+} tl_buffers;
+
+static void free_tl_buffers(void *p) {
+    tl_buffers *b = p;
+    for (int i = 0; i < BUF_SLOTS; i++) cd_scratch_free(b->ptr[i]);
+    free(b);
+}
+
+static void make_buf_key(void) { pthread_key_create(&buf_key, free_tl_buffers); }
+
+static void *thread_buffer(int slot, int64_t nbytes) {
+    pthread_once(&buf_once, make_buf_key);
+    tl_buffers *b = pthread_getspecific(buf_key);
+    if (!b) {
+        b = calloc(1, sizeof *b);
+        if (!b) {
+            cd_fail("out of memory");
+            return NULL;
+        }
+        pthread_setspecific(buf_key, b);
+    }
+    if (b->cap[slot] < nbytes) {
+        cd_scratch_free(b->ptr[slot]);
+        b->ptr[slot] = cd_scratch(nbytes);
+        b->cap[slot] = b->ptr[slot] ? nbytes : 0;
+    }
+    return b->ptr[slot];
+}
+
+/* ---- packing -------------------------------------------------------------------
+ * Panels are k-major: an A panel holds MR values per k, a B panel NR values per
+ * k, zero-padded past the matrix edge. Loops read along whichever dimension of
+ * the source is contiguous. */
+#define GEN_PACK(T, MR, NR, SRC, SRCT, LD)                                                           \
+    static void pack_a_##T##_##SRC(const SRCT *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc,    \
+                                   T *dst) {                                                         \
+        for (int64_t i = 0; i < mc; i += MR, dst += MR * kc) {                                       \
+            int64_t mr = CD_MIN(MR, mc - i);                                                         \
+            const SRCT *ai = a + i * rs;                                                             \
+            if (cs == 1) {                                                                           \
+                for (int64_t r = 0; r < mr; r++)                                                     \
+                    for (int64_t p = 0; p < kc; p++) dst[p * MR + r] = (T)LD(ai[r * rs + p]);       \
+                for (int64_t r = mr; r < MR; r++)                                                    \
+                    for (int64_t p = 0; p < kc; p++) dst[p * MR + r] = 0;                            \
+            } else {                                                                                 \
+                for (int64_t p = 0; p < kc; p++) {                                                   \
+                    int64_t r = 0;                                                                   \
+                    for (; r < mr; r++) dst[p * MR + r] = (T)LD(ai[r * rs + p * cs]);                \
+                    for (; r < MR; r++) dst[p * MR + r] = 0;                                         \
+                }                                                                                    \
+            }                                                                                        \
+        }                                                                                            \
+    }                                                                                                \
+    static void pack_b_##T##_##SRC(const SRCT *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc,    \
+                                   T *dst) {                                                         \
+        for (int64_t j = 0; j < nc; j += NR, dst += NR * kc) {                                       \
+            int64_t nr = CD_MIN(NR, nc - j);                                                         \
+            const SRCT *bj = b + j * cs;                                                             \
+            if (cs == 1 || rs != 1) {                                                                \
+                for (int64_t p = 0; p < kc; p++) {                                                   \
+                    int64_t c = 0;                                                                   \
+                    for (; c < nr; c++) dst[p * NR + c] = (T)LD(bj[p * rs + c * cs]);                \
+                    for (; c < NR; c++) dst[p * NR + c] = 0;                                         \
+                }                                                                                    \
+            } else {                                                                                 \
+                for (int64_t c = 0; c < nr; c++)                                                     \
+                    for (int64_t p = 0; p < kc; p++) dst[p * NR + c] = (T)LD(bj[c * cs + p]);       \
+                for (int64_t c = nr; c < NR; c++)                                                    \
+                    for (int64_t p = 0; p < kc; p++) dst[p * NR + c] = 0;                            \
+            }                                                                                        \
+        }                                                                                            \
+    }
+
+#define LD_SAME(v) (v)
+GEN_PACK(float, F32_MR, F32_NR, f32_any, float, LD_SAME)
+
+/* f32 panels from a contiguous dimension: plain copies, or the including file's
+ * tpack_f32 (a register transpose) when the contiguous dim runs along k. */
+static inline __attribute__((always_inline)) void copy_rows(const float *src, int64_t stride, int64_t kc, int w,
+                                                            const int W, float *dst) {
+    if (w == W) { /* W is a constant here: the copies become vector moves, not calls */
+        for (int64_t p = 0; p < kc; p++) memcpy(dst + p * W, src + p * stride, (size_t)W * sizeof(float));
+        return;
+    }
+    for (int64_t p = 0; p < kc; p++) {
+        memcpy(dst + p * W, src + p * stride, (size_t)w * sizeof(float));
+        memset(dst + p * W + w, 0, (size_t)(W - w) * sizeof(float));
+    }
+}
+
+static void pack_a_float_f32(const float *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, float *dst) {
+    if (cs != 1 && rs != 1) {
+        pack_a_float_f32_any(a, rs, cs, mc, kc, dst);
+        return;
+    }
+    for (int64_t i = 0; i < mc; i += F32_MR, dst += F32_MR * kc) {
+        int mr = (int)CD_MIN(F32_MR, mc - i);
+        if (cs == 1) tpack_f32(a + i * rs, rs, mr, kc, F32_MR, dst);
+        else copy_rows(a + i, cs, kc, mr, F32_MR, dst);
+    }
+}
+
+static void pack_b_float_f32(const float *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc, float *dst) {
+    if (cs != 1 && rs != 1) {
+        pack_b_float_f32_any(b, rs, cs, kc, nc, dst);
+        return;
+    }
+    for (int64_t j = 0; j < nc; j += F32_NR, dst += F32_NR * kc) {
+        int nr = (int)CD_MIN(F32_NR, nc - j);
+        if (cs == 1) copy_rows(b + j, rs, kc, nr, F32_NR, dst);
+        else tpack_f32(b + j * cs, cs, nr, kc, F32_NR, dst);
+    }
+}
+GEN_PACK(float, F32_MR, F32_NR, bf16, uint16_t, cd_bf16_to_f32)
+GEN_PACK(float, F32_MR, F32_NR, f16, uint16_t, cd_f16_to_f32)
+GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
+
+/* ---- GEMV: a single row or column ----------------------------------------------
+ * Memory-bound, so the matrix is streamed once, without packing, threads
+ * taking ranges of outputs (each output is computed the same way whatever
+ * the split):
+ * - axpy form, y = x @ M with M's rows contiguous: eight rows at a time;
+ * - dot form, y[j] = x . M[:, j] with M's columns contiguous: four dot products
+ *   at a time, so four streams are in flight.
+ * The axpy form prefetches each row stream into L2 GEMV_AHEAD bytes ahead, one
+ * line per row per step: with the hardware prefetchers alone one core draws
+ * ~10% less bandwidth (1x4096 @ 4096x4096 f32, 1 thread, Zen 4: 1.05-1.13x
+ * OpenBLAS's sgemv with it, 0.96-1.01x without, paired in one process). A
+ * matrix that stays in the L3 between calls pays ~15% for them instead (1x576
+ * @ 576x1536: 0.85x with, 1.0x without), but a model's decode reads each
+ * matrix from memory (the same product over 40 matrices in turn: 1.07x with,
+ * 0.98x without). */
+#define GEMV_AHEAD 1024
+#define AXPY8_SUM(rr, j, LD)                                                                         \
+    (w[0] * LD(rr[j]) + w[1] * LD(rr[ms + j]) + w[2] * LD(rr[2 * ms + j]) + w[3] * LD(rr[3 * ms + j]) + \
+     w[4] * LD(rr[4 * ms + j]) + w[5] * LD(rr[5 * ms + j]) + w[6] * LD(rr[6 * ms + j]) +             \
+     w[7] * LD(rr[7 * ms + j]))
+/* y[j0..j1) += the eight rows' terms, each element of r loaded through LD. */
+#define AXPY8(j0, j1, LD)                                                                            \
+    _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) y[j] += AXPY8_SUM(r, j, LD);
+/* The same over one cache line at j0, its length a constant. */
+#define AXPY8_LINE(j0, len, LD)                                                                      \
+    {                                                                                                \
+        __typeof__(y) yl = y + (j0);                                                                 \
+        __typeof__(r) rl = r + (j0);                                                                 \
+        _Pragma("omp simd") for (int v = 0; v < (len); v++) yl[v] += AXPY8_SUM(rl, v, LD);           \
+    }
+/* AXPY8 over columns j0..n of rows of TE, a cache line at a time, with the
+ * prefetches ahead (kept inside the rows). */
+#define AXPY8_STREAM(TE, LD, j0, n)                                                                  \
+    {                                                                                                \
+        enum { LINE = 64 / sizeof(TE), AHEAD = GEMV_AHEAD / sizeof(TE) };                            \
+        int64_t jl = j0;                                                                             \
+        for (; jl + LINE <= n; jl += LINE) {                                                         \
+            if (jl + AHEAD < n)                                                                      \
+                for (int i = 0; i < 8; i++) __builtin_prefetch(r + i * ms + jl + AHEAD, 0, 2);       \
+            AXPY8_LINE(jl, LINE, LD)                                                                 \
+        }                                                                                            \
+        AXPY8(jl, n, LD)                                                                             \
+    }
+/* y = x @ M over k rows of n elements of TE, loaded through LD into TA (the
+ * type of x's weights and of y). */
+#define GEN_AXPY_ROWS(NAME, TE, TA, LD)                                                              \
+    static void axpy_rows_##NAME(int64_t n, const TE *x, int64_t xs, const TE *m, int64_t ms,        \
+                                 int64_t k, TA *y) {                                                 \
+        for (int64_t j = 0; j < n; j++) y[j] = 0;                                                    \
+        int64_t p = 0;                                                                               \
+        for (; p + 8 <= k; p += 8) { /* eight row streams in flight */                               \
+            const TE *r = m + p * ms;                                                                \
+            TA w[8];                                                                                 \
+            for (int i = 0; i < 8; i++) w[i] = LD(x[(p + i) * xs]);                                  \
+            /* a few leading columns, so the row loads of the rest are aligned */                    \
+            const int64_t head = CD_MIN(n, (int64_t)((64 - (uintptr_t)r % 64) % 64 / sizeof(TE)));    \
+            AXPY8(0, head, LD)                                                                       \
+            AXPY8_STREAM(TE, LD, head, n)                                                            \
+        }                                                                                            \
+        for (; p < k; p++) {                                                                         \
+            const TA xp = LD(x[p * xs]);                                                             \
+            const TE *mp = m + p * ms;                                                               \
+            _Pragma("omp simd")                                                                      \
+            for (int64_t j = 0; j < n; j++) y[j] += xp * LD(mp[j]);                                  \
+        }                                                                                            \
+    }
+#define GEN_GEMV(T)                                                                                  \
+    GEN_AXPY_ROWS(T, T, T, LD_SAME)                                                                  \
+    static void dot4_##T(int64_t k, const T *x, const T *v, int64_t vs, int64_t count, T *y, int64_t ys) { \
+        int64_t j = 0;                                                                               \
+        for (; j + 4 <= count; j += 4) {                                                             \
+            const T *v0 = v + j * vs, *v1 = v0 + vs, *v2 = v1 + vs, *v3 = v2 + vs;                   \
+            T s0 = 0, s1 = 0, s2 = 0, s3 = 0;                                                        \
+            _Pragma("omp simd reduction(+ : s0, s1, s2, s3)")                                        \
+            for (int64_t p = 0; p < k; p++) {                                                        \
+                s0 += x[p] * v0[p];                                                                  \
+                s1 += x[p] * v1[p];                                                                  \
+                s2 += x[p] * v2[p];                                                                  \
+                s3 += x[p] * v3[p];                                                                  \
+            }                                                                                        \
+            y[j * ys] = s0, y[(j + 1) * ys] = s1, y[(j + 2) * ys] = s2, y[(j + 3) * ys] = s3;        \
+        }                                                                                            \
+        for (; j < count; j++) {                                                                     \
+            const T *vj = v + j * vs;                                                                \
+            T s = 0;                                                                                 \
+            _Pragma("omp simd reduction(+ : s)")                                                     \
+            for (int64_t p = 0; p < k; p++) s += x[p] * vj[p];                                       \
+            y[j * ys] = s;                                                                           \
+        }                                                                                            \
+    }
+
+GEN_GEMV(float)
+GEN_GEMV(double)
+
+/* bf16 rows widened to f32 as they stream (a 16-bit shift), accumulated in f32:
+ * decoding with bf16 weights reads half the bytes of f32 ones. */
+GEN_AXPY_ROWS(bf16, uint16_t, float, cd_bf16_to_f32)
+
+/* The axpy form splits K into slices of at most GEMV_KSLICE rows, of equal
+ * size, each summed into its own partial row and the partials added in slice
+ * order: a thread then streams whole rows of M (contiguous memory, which the
+ * prefetchers follow across pages), and the result still does not depend on
+ * the thread count. */
+#define GEMV_KSLICE 512
+
+typedef struct {
+    int esz, dot_form; /* esz: bytes per input element; 2 means bf16 in, f32 out (axpy form only) */
+    int64_t n, k;
+    const char *x, *m;
+    int64_t xs, ms;     /* x stride; stride between M's rows (axpy) or vectors (dot) */
+    char *y;
+    int64_t ys;         /* output stride */
+    int64_t parts;      /* output ranges, in multiples of 64 */
+    int64_t kparts;     /* K slices (axpy form) */
+    int64_t slice;      /* rows per K slice, a multiple of 8 but in the last */
+    char *partial;      /* kparts rows of n partial sums, when kparts > 1 */
+} gemv_ctx;
+
+/* Bytes per output (and partial sum) element. */
+static int out_size(const gemv_ctx *g) { return g->esz == 2 ? 4 : g->esz; }
+
+static void gemv_cols(const gemv_ctx *g, int64_t t, int64_t *j0, int64_t *j1) {
+    *j0 = (g->n * t / g->parts) & ~(int64_t)63;
+    *j1 = t + 1 == g->parts ? g->n : (g->n * (t + 1) / g->parts) & ~(int64_t)63;
+}
+
+static int gemv_task(void *vctx, int64_t begin, int64_t end) {
+    const gemv_ctx *g = vctx;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t j0, j1, kp = t / g->parts;
+        gemv_cols(g, t % g->parts, &j0, &j1);
+        if (j0 >= j1) continue;
+        if (g->dot_form) {
+            if (g->esz == 4)
+                dot4_float(g->k, (const float *)g->x, (const float *)g->m + j0 * g->ms, g->ms, j1 - j0,
+                           (float *)g->y + j0 * g->ys, g->ys);
+            else
+                dot4_double(g->k, (const double *)g->x, (const double *)g->m + j0 * g->ms, g->ms, j1 - j0,
+                            (double *)g->y + j0 * g->ys, g->ys);
+            continue;
+        }
+        int64_t p0 = kp * g->slice, rows = CD_MIN(g->k, p0 + g->slice) - p0;
+        char *y = g->kparts > 1 ? g->partial + kp * g->n * out_size(g) : g->y;
+        if (g->esz == 2)
+            axpy_rows_bf16(j1 - j0, (const uint16_t *)g->x + p0 * g->xs, g->xs,
+                           (const uint16_t *)g->m + p0 * g->ms + j0, g->ms, rows, (float *)y + j0);
+        else if (g->esz == 4)
+            axpy_rows_float(j1 - j0, (const float *)g->x + p0 * g->xs, g->xs, (const float *)g->m + p0 * g->ms + j0,
+                            g->ms, rows, (float *)y + j0);
+        else
+            axpy_rows_double(j1 - j0, (const double *)g->x + p0 * g->xs, g->xs,
+                             (const double *)g->m + p0 * g->ms + j0, g->ms, rows, (double *)y + j0);
+    }
+    return 0;
+}
+
+/* y = the partial rows added in slice order. */
+static int gemv_sum_task(void *vctx, int64_t begin, int64_t end) {
+    const gemv_ctx *g = vctx;
+    for (int64_t kp = 0; kp < g->kparts; kp++) {
+        const char *src = g->partial + kp * g->n * out_size(g);
+        if (out_size(g) == 4) {
+            float *y = (float *)g->y;
+            const float *v = (const float *)src;
+            if (kp == 0) memcpy(y + begin, v + begin, (size_t)(end - begin) * 4);
+            else for (int64_t j = begin; j < end; j++) y[j] += v[j];
+        } else {
+            double *y = (double *)g->y;
+            const double *v = (const double *)src;
+            if (kp == 0) memcpy(y + begin, v + begin, (size_t)(end - begin) * 8);
+            else for (int64_t j = begin; j < end; j++) y[j] += v[j];
+        }
+    }
+    return 0;
+}
+
+static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
+
+/* Tries the GEMV forms; returns 1 when it handled the product. esz 2: bf16
+ * operands and an f32 c, the axpy form only. */
+static int try_gemv(int esz, int64_t m, int64_t n, int64_t k, const char *a, int64_t ars, int64_t acs,
+                    const char *b, int64_t brs, int64_t bcs, char *c, int64_t ldc, int *rc) {
+    gemv_ctx g;
+    if (esz == 2 && !(m == 1 && bcs == 1)) return 0;
+    if (m == 1 && bcs == 1) /* c = a @ B, B's rows contiguous */
+        g = (gemv_ctx){esz, 0, n, k, a, b, acs, brs, c, 1, 0, 1, k, NULL};
+    else if (m == 1 && brs == 1 && acs == 1) /* c[j] = a . B[:, j] */
+        g = (gemv_ctx){esz, 1, n, k, a, b, 1, bcs, c, 1, 0, 1, k, NULL};
+    else if (n == 1 && acs == 1 && brs == 1) /* c[i] = A[i, :] . b */
+        g = (gemv_ctx){esz, 1, m, k, b, a, 1, ars, c, ldc, 0, 1, k, NULL};
+    else
+        return 0;
+    /* Slicing depends on the size alone, not on the thread count, so the sums are the same on any. */
+    if (!g.dot_form && g.n * k >= 2 << 16) {
+        const int64_t slices = (k + GEMV_KSLICE - 1) / GEMV_KSLICE;
+        g.slice = ((k + slices - 1) / slices + 7) / 8 * 8;
+        g.kparts = (k + g.slice - 1) / g.slice;
+    }
+    /* Output ranges (whose bounds change no result) make the tasks a multiple
+     * of the threads: 3 slices on 2 threads would leave one idle a third of the time. */
+    int64_t threads = CD_MAX(1, CD_MIN(cd_num_threads(), g.n * k / (1 << 16)));
+    g.parts = CD_MAX(1, CD_MIN(threads / gcd(g.kparts, threads), g.n / 64));
+    if (g.kparts == 1) {
+        *rc = cd_parallel_for(g.parts, 1, gemv_task, &g);
+        return 1;
+    }
+    g.partial = cd_scratch(g.kparts * g.n * out_size(&g));
+    if (!g.partial) {
+        *rc = -1;
+        return 1;
+    }
+    *rc = cd_parallel_for(g.kparts * g.parts, 1, gemv_task, &g);
+    if (*rc == 0) *rc = cd_parallel_for(g.n, CD_GRAIN, gemv_sum_task, &g);
+    cd_scratch_free(g.partial);
+    return 1;
+}
+
+/* ---- the blocked driver ------------------------------------------------------------ */
+typedef struct {
+    int64_t mc, nc;
+    int64_t in_place; /* bytes an operand read in place may span (use_in_place) */
+    int64_t a_near;   /* bytes of A whose packing reads from L2 (split_rows_cheaper) */
+} blocking;
+
+static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
+    int64_t l2 = cd_cache_bytes(2), mc = l2 / 6 / (kc * esz) / mr * mr, nc = cd_cache_bytes(3) / 8 / (kc * esz) / nr * nr;
+    return (blocking){CD_MAX(mr, CD_MIN(mc, 32 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr)), l2 / 8, l2 / 2};
+}
+
+/* Packing copies an operand into panels the microkernel streams. A small
+ * operand whose rows are contiguous is read in place instead (the batched
+ * attention products, where the copy is ~10% of the work): A when its MR-row
+ * panels are whole rows of a row-major matrix, B when its panels are row
+ * segments. "Small" bounds the span of memory read (all of A's rows, one K
+ * slice of B), so the rows stay cached between uses; A's row stride must also
+ * not send every row to the same few L1 sets (a multiple of 2 KiB would). */
+static void use_in_place(int64_t span, int64_t esz, int64_t isz, int64_t mr, int64_t m, int64_t kc, int64_t ars,
+                         int64_t acs, int64_t brs, int64_t bcs, int *direct_a, int *direct_b) {
+    *direct_a = isz == esz && acs == 1 && m >= mr && m * ars * esz <= span && ars * esz % 2048 != 0;
+    *direct_b = isz == esz && bcs == 1 && kc * brs * esz <= span;
+}
+
+/* Task t's share [lo, hi) of `total` panels dealt out to `parts` tasks. */
+static void task_range(int64_t total, int64_t parts, int64_t t, int64_t *lo, int64_t *hi) {
+    *lo = total * t / parts;
+    *hi = total * (t + 1) / parts;
+}
+
+/* Whether the tasks split C's rows rather than its columns: whichever leaves
+ * the busiest task less work, counted in microkernel tiles (a partial row
+ * panel in proportion to its rows) plus the panels it packs, at pack_a and
+ * pack_b tiles a panel. A column split has every task pack all of A's panels;
+ * a row split within one block of rows, every task all of B's (past it they
+ * are packed once and shared). The costs, measured on Zen 4: half a tile a
+ * panel from L2 (PACK_NEAR), two for an A that does not fit there (PACK_FAR).
+ * With 2 threads this splits the columns of 64..128 x 384 @ 384 x 1536
+ * (MiniLM's feed-forward on short sequences), 10-22% faster than rows (which
+ * left a task 3 row panels of 5), and keeps rows where A's packing would be
+ * repeated (4096 x 256 @ 256 x 384: 39% slower split by columns). */
+#define PACK_NEAR 0.5
+#define PACK_FAR 2.0
+static int split_rows_cheaper(int64_t m, int64_t mr, int64_t tasks, int64_t mpanels, int64_t npanels, double pack_a,
+                              double pack_b) {
+    const int64_t rt = CD_MIN(tasks, mpanels), ct = CD_MIN(tasks, npanels), mine = (npanels + ct - 1) / ct;
+    double rows = 0;
+    for (int64_t t = 0; t < rt; t++) {
+        int64_t lo, hi;
+        task_range(mpanels, rt, t, &lo, &hi);
+        const double tiles = (double)(CD_MIN(m, hi * mr) - lo * mr) / (double)mr * (double)npanels;
+        rows = CD_MAX(rows, tiles + pack_a * (double)(hi - lo) + pack_b * (double)npanels);
+    }
+    return rows <= (double)m / (double)mr * (double)mine + pack_a * (double)mpanels + pack_b * (double)mine;
+}
+
+#define DRIVER_NAME float
+#define DRIVER_T float
+#define DRIVER_P float
+#define DRIVER_KS 1
+#define DRIVER_MR F32_MR
+#define DRIVER_NR F32_NR
+#define DRIVER_KC F32_KC
+#define DRIVER_MICRO micro_f32
+#define DRIVER_ROWS micro_f32_rows
+#include "templates/gemm_driver.h"
+
+#define DRIVER_NAME double
+#define DRIVER_T double
+#define DRIVER_P double
+#define DRIVER_KS 1
+#define DRIVER_MR F64_MR
+#define DRIVER_NR F64_NR
+#define DRIVER_KC F64_KC
+#define DRIVER_MICRO micro_f64
+#define DRIVER_ROWS micro_f64_rows
+#include "templates/gemm_driver.h"
+
+#ifdef GEMM_BF16_DOT
+/* bf16 x bf16 with the CPU's bf16 dot product: panels of k pairs, never read in place. */
+#define NO_ROWS(...) ((void)0)
+#define DRIVER_NAME bf16dot
+#define DRIVER_T float
+#define DRIVER_P uint32_t
+#define DRIVER_KS 2
+#define DRIVER_MR F32_MR
+#define DRIVER_NR F32_NR
+#define DRIVER_KC (2 * F32_KC)
+#define DRIVER_MICRO micro_bf16
+#define DRIVER_ROWS NO_ROWS
+#include "templates/gemm_driver.h"
+#endif
+
+/* The pack functions take typed sources; the driver calls them through void. */
+#define PACK_ADAPTER(T, SRC, SRCT)                                                                     \
+    static void pa_##T##_##SRC(const void *s, int64_t rs, int64_t cs, int64_t r, int64_t c, T *d) {    \
+        pack_a_##T##_##SRC((const SRCT *)s, rs, cs, r, c, d);                                          \
+    }                                                                                                  \
+    static void pb_##T##_##SRC(const void *s, int64_t rs, int64_t cs, int64_t r, int64_t c, T *d) {    \
+        pack_b_##T##_##SRC((const SRCT *)s, rs, cs, r, c, d);                                          \
+    }
+PACK_ADAPTER(float, f32, float)
+PACK_ADAPTER(float, bf16, uint16_t)
+PACK_ADAPTER(float, f16, uint16_t)
+PACK_ADAPTER(double, f64, double)
+
+int GEMM_ENTRY(int32_t dtype, int64_t m, int64_t n, int64_t k, const void *a, int64_t ars, int64_t acs,
+               const void *b, int64_t brs, int64_t bcs, void *c, int64_t ldc) {
+    if (m == 0 || n == 0) return 0;
+    if (k == 0) {
+        int esz = dtype == CD_f64 ? 8 : 4;
+        for (int64_t i = 0; i < m; i++) memset((char *)c + i * ldc * esz, 0, (size_t)(n * esz));
+        return 0;
+    }
+    int rc = 0;
+    if ((dtype == CD_f32 || dtype == CD_f64 || dtype == CD_bf16) &&
+        try_gemv(cd_dtype_size(dtype), m, n, k, a, ars, acs, b, brs, bcs, c, ldc, &rc))
+        return rc;
+    if (dtype == CD_f64) {
+        drv_double d = {.a = a, .b = b, .isz = 8, .m = m, .ars = ars, .acs = acs, .brs = brs, .bcs = bcs,
+                        .c = c, .ldc = ldc, .pack_a = pa_double_f64, .pack_b = pb_double_f64};
+        return blocked_double(&d, n, k);
+    }
+    drv_float d = {.a = a, .b = b, .isz = cd_dtype_size(dtype), .m = m, .ars = ars, .acs = acs, .brs = brs,
+                   .bcs = bcs, .c = c, .ldc = ldc};
+    switch (dtype) {
+    case CD_f32: d.pack_a = pa_float_f32; d.pack_b = pb_float_f32; break;
+    case CD_bf16:
+#ifdef GEMM_BF16_DOT
+        if (cd_ops.bf16_dot) {
+            drv_bf16dot e = {.a = a, .b = b, .isz = 2, .m = m, .ars = ars, .acs = acs, .brs = brs, .bcs = bcs,
+                             .c = c, .ldc = ldc, .pack_a = pack_a_bf16_pairs, .pack_b = pack_b_bf16_pairs};
+            return blocked_bf16dot(&e, n, k);
+        }
+#endif
+        d.pack_a = pa_float_bf16;
+        d.pack_b = pb_float_bf16;
+        break;
+    case CD_f16: d.pack_a = pa_float_f16; d.pack_b = pb_float_f16; break;
+    default: return cd_fail("gemm: unsupported dtype %s", cd_dtype_name(dtype));
+    }
+    return blocked_float(&d, n, k);
+}
