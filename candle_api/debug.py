@@ -45,27 +45,44 @@ def _remove(obs) -> None:
 
 
 class _Chain(dispatch.Observer):
-    """The installed observers, outermost first; ops they run themselves pass straight through."""
+    """The installed observers, outermost first. Their own ops (the shadow's
+    copies and reruns) and the kernel launch itself run unobserved."""
 
     def __init__(self, observers):
         self.observers = observers
 
+    def active(self) -> bool:
+        return not getattr(_local, "busy", False)
+
     def run(self, op, device, dtype, inputs, params, launch):
-        if getattr(_local, "busy", False):
-            return launch()
+        def unobserved():
+            with _busy():
+                return launch()
+
         for obs in reversed(self.observers):
-            launch = (lambda o, inner: lambda: o.run(op, device, dtype, inputs, params, inner))(obs, launch)
-        return launch()
+            unobserved = (lambda o, inner: lambda: o.run(op, device, dtype, inputs, params, inner))(obs, unobserved)
+        return unobserved()
 
     def decomposed(self, op, device, dtype):
-        if not getattr(_local, "busy", False):
+        if self.active():
             for obs in self.observers:
                 obs.decomposed(op, device, dtype)
 
     def crossed(self, source, target, nbytes):
-        if not getattr(_local, "busy", False):
+        if self.active():
             for obs in self.observers:
                 obs.crossed(source, target, nbytes)
+
+
+class _busy:
+    """Marks this thread's work as the observers' own: not observed."""
+
+    def __enter__(self):
+        self.saved = getattr(_local, "busy", False)
+        _local.busy = True
+
+    def __exit__(self, *exc):
+        _local.busy = self.saved
 
 
 def _provider(device, op_name: str, dtype) -> str:
@@ -149,30 +166,21 @@ class Shadow(dispatch.Observer):
             launch()
             self._check_copy(op, device, dtype, inputs, params)
             return None
-        _local.busy = True
-        try:
+        with _busy():
             before = [_to(t, ref) for t in inputs]  # an in-place op changes its first input
-        finally:
-            _local.busy = False
         out = launch()
-        _local.busy = True
-        try:
+        with _busy():
             expected = dispatch.apply(op, *before, **params)
             got, want = (out, expected) if out is not None else (inputs[0], before[0])
             self._compare(op, device, dtype, inputs, got, want)
-        finally:
-            _local.busy = False
         return out
 
     def _check_copy(self, op, device, dtype, inputs, params):
         from .ops.core import view
 
         dst, src = inputs
-        _local.busy = True
-        try:
+        with _busy():
             self._compare(op, device, dtype, inputs, view(dst, params["layout"]), src)
-        finally:
-            _local.busy = False
 
     def _compare(self, op, device, dtype, inputs, got, want) -> None:
         self.checked += 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import autograd
-from .dtype import get_dtype
+from .dtype import DType, get_dtype
 from .errors import DTypeError, ShapeError
 
 
@@ -188,7 +188,7 @@ class Tensor:
 
     # ---- conversion ------------------------------------------------------------------
     def to_dtype(self, dtype) -> "Tensor":
-        return ops.elementwise.cast(self, get_dtype(dtype))
+        return _ew.cast(self, dtype if dtype.__class__ is DType else get_dtype(dtype))
 
     def to_device(self, device) -> "Tensor":
         return ops.creation.to_device(self, device)
@@ -425,7 +425,7 @@ class Tensor:
 
     def __add__(self, other):
         if other.__class__ is Tensor:
-            return _ew.binary("add", self, other)
+            return _apply_binary(_ew.BINARY["add"], self, other)
         return _ew.binary_any("add", self, other)
 
     def __radd__(self, other):
@@ -433,7 +433,7 @@ class Tensor:
 
     def __sub__(self, other):
         if other.__class__ is Tensor:
-            return _ew.binary("sub", self, other)
+            return _apply_binary(_ew.BINARY["sub"], self, other)
         return _ew.binary_any("sub", self, other)
 
     def __rsub__(self, other):
@@ -441,7 +441,7 @@ class Tensor:
 
     def __mul__(self, other):
         if other.__class__ is Tensor:
-            return _ew.binary("mul", self, other)
+            return _apply_binary(_ew.BINARY["mul"], self, other)
         return _ew.binary_any("mul", self, other)
 
     def __rmul__(self, other):
@@ -450,7 +450,7 @@ class Tensor:
     def __truediv__(self, other):
         """Division keeping the dtype; integer division truncates, as in Candle."""
         if other.__class__ is Tensor:
-            return _ew.binary("div", self, other)
+            return _apply_binary(_ew.BINARY["div"], self, other)
         return _ew.binary_any("div", self, other)
 
     def __rtruediv__(self, other):
@@ -484,7 +484,7 @@ class Tensor:
         return ops.elementwise.unary("abs", self)
 
     def __matmul__(self, other):
-        return ops.linalg.matmul(self, other)
+        return _matmul(self, other)
 
     def __rmatmul__(self, other):
         return ops.linalg.matmul(other, self)
@@ -648,7 +648,7 @@ class Tensor:
 
     # ---- nn ------------------------------------------------------------------------
     def softmax(self, dim: int = -1) -> "Tensor":
-        return ops.nn.softmax(self, dim)
+        return _softmax(self, dim)
 
     def log_softmax(self, dim: int = -1) -> "Tensor":
         return ops.nn.log_softmax(self, dim)
@@ -678,11 +678,11 @@ class Tensor:
         return ops.conv.upsample2d(self, target_h, target_w, "bilinear", align_corners)
 
 
-def _unary_method(op: str, doc: str):
+def _unary_method(op, doc: str):
     def method(self):
-        return _ew.unary(op, self)
+        return _apply_unary(op, self)
 
-    method.__name__ = method.__qualname__ = op
+    method.__name__ = method.__qualname__ = op.name
     method.__doc__ = doc
     return method
 
@@ -700,11 +700,15 @@ UNARY_DOCS = {
     "gelu": "GELU, tanh approximation (Candle's gelu).", "gelu_erf": "GELU with the exact erf.",
     "silu": "x * sigmoid(x).", "sigmoid": "1 / (1 + exp(-x)).", "softplus": "log(1 + exp(x)).",
 }
-for _op, _doc in UNARY_DOCS.items():
-    setattr(Tensor, _op, _unary_method(_op, _doc))
-del _op, _doc
-
 # The op modules construct Tensors, so they are imported once the class exists.
 from . import dlpack, ops  # noqa: E402
 from .ops import elementwise as _ew  # noqa: E402  (the hottest paths skip an attribute lookup)
+from .ops.dispatch import apply_binary as _apply_binary, apply_unary as _apply_unary  # noqa: E402
+
+for _op, _doc in UNARY_DOCS.items():
+    setattr(Tensor, _op, _unary_method(_ew.UNARY[_op], _doc))
+del _op, _doc
+
 from .ops.indexing import getitem as _getitem  # noqa: E402
+from .ops.linalg import matmul as _matmul  # noqa: E402
+from .ops.nn import softmax as _softmax  # noqa: E402

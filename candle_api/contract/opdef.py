@@ -28,19 +28,21 @@ class OpDef:
     - ``decompose(*inputs, **params)``: the op from other ops, run on a device
       without the kernel (autograd then follows those ops).
     - ``key``: which input's dtype keys the kernel (0: the first).
+    - ``scalars``: for built-in ops whose kernel is ``k(out, x, lx, *scalars)``,
+      the names of those params, in order (the fast path passes them by position).
     """
 
-    __slots__ = ("name", "infer", "prepare", "backward", "decompose", "key", "doc")
+    __slots__ = ("name", "infer", "prepare", "backward", "decompose", "key", "scalars", "doc")
 
     def __init__(self, name: str, infer: Callable | None = None, *, prepare: Callable | None = None,
                  backward: Callable | None = None, decompose: Callable | None = None, key: int = 0,
-                 doc: str = ""):
+                 scalars: tuple = (), doc: str = ""):
         if not isinstance(name, str) or not name.isidentifier():
             raise PluginError(f"an op name must be an identifier, got {name!r}")
         if (infer is None) == (prepare is None):
             raise PluginError(f"op {name!r}: give it infer (custom ops) or prepare (built-in calls), not both")
-        self.name, self.infer, self.backward, self.decompose, self.key, self.doc = (
-            name, infer, backward, decompose, key, doc)
+        self.name, self.infer, self.backward, self.decompose, self.key, self.scalars, self.doc = (
+            name, infer, backward, decompose, key, scalars, doc)
         self.prepare = prepare if prepare is not None else self._custom_prepare
 
     def _custom_prepare(self, *inputs, **params):

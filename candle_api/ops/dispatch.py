@@ -43,10 +43,14 @@ def define(op: OpDef) -> OpDef:
 
 class Observer:
     """What :func:`apply` tells the trace and the shadow check
-    (:mod:`candle_api.debug`). Called only while one is installed."""
+    (:mod:`candle_api.debug`). Installed as :data:`observer`."""
+
+    def active(self) -> bool:
+        """False while the observer's own work runs (its ops are not observed)."""
+        return True
 
     def run(self, op: OpDef, device, dtype, inputs, params, launch):
-        """A kernel is about to run: ``launch()`` runs it and returns the
+        """A kernel is to run: ``launch()`` runs it (unobserved) and returns the
         output (None for an in-place op); return what it returns."""
         return launch()
 
@@ -68,13 +72,9 @@ def apply(op: OpDef, *inputs, **params):
     k = dev.kernels.get((op.name, x._dtype))
     if k is None:
         return _without_kernel(op, dev, x._dtype, inputs, params)
-    if observer is not None:
-        return observer.run(op, dev, x._dtype, inputs, params, lambda: _launch(op, k, dev, inputs, params))
-    return _launch(op, k, dev, inputs, params)
-
-
-def _launch(op: OpDef, k, dev, inputs: tuple, params: dict):
-    shape, dtype, args = op.prepare(*inputs, **params)
+    if observer is not None and observer.active():  # launch() comes back here, inactive
+        return observer.run(op, dev, x._dtype, inputs, params, lambda: apply(op, *inputs, **params))
+    shape, dtype, args = op.prepare(*inputs, **params) if params else op.prepare(*inputs)
     if shape is None:  # in place, on the first input's storage
         if not getattr(inputs[0]._storage, "writable", True):
             raise ReadOnlyError(f"{op.name}: the tensor it writes into is read-only memory (a memory-mapped "
@@ -87,11 +87,76 @@ def _launch(op: OpDef, k, dev, inputs: tuple, params: dict):
         k(out, *args)
     t = _new(Tensor)
     t._storage, t._layout, t._dtype, t._device, t._node = out, lay, dtype, dev, None
-    if _mode.enabled and dtype.is_float:
-        for i in inputs:
-            if i is not None and i._node is not None:
+    for i in inputs:
+        if i is not None and i._node is not None:
+            if _mode.enabled and dtype.is_float:
                 _record(op, t, inputs, params)
-                break
+            break
+    return t
+
+
+# ---- fast paths ------------------------------------------------------------------------------------
+# The two calling conventions most ops have, k(out, x, lx, *scalars) and k(out, a, la, b, lb), in their
+# common case: a kernel exists, nothing observes, no gradient to record and, for two inputs, the same
+# shape, dtype and device. Everything else goes to apply(), which these must agree with (the conformance
+# suite runs both: autograd cases take apply()).
+
+
+def apply_unary(op: OpDef, x: Tensor) -> Tensor:
+    """apply(op, x) for an op whose kernel is k(out, x, lx), out shaped and typed
+    as x: the most common op of all, so apply_one without its arguments."""
+    dev = x._device
+    k = dev.kernels.get((op.name, x._dtype))
+    if k is None or x._node is not None or observer is not None:
+        return apply(op, x)
+    lx = x._layout
+    lay = _contig(lx.shape)
+    out = dev.backend.alloc(lay.numel * x._dtype.itemsize)
+    if lay.numel:
+        k(out, x._storage, lx)
+    t = _new(Tensor)
+    t._storage, t._layout, t._dtype, t._device, t._node = out, lay, x._dtype, dev, None
+    return t
+
+
+def apply_one(op: OpDef, x: Tensor, shape: tuple, dtype, scalars: tuple = (), params: dict | None = None):
+    """apply(op, x, **params) for an op whose kernel is k(out, x, lx, *scalars),
+    when the caller knows the output's shape and dtype (what op.prepare would
+    say). ``params`` defaults to the scalars named by ``op.scalars``."""
+    dev = x._device
+    k = dev.kernels.get((op.name, x._dtype))
+    if k is None or x._node is not None or observer is not None:
+        return apply(op, x, **(params if params is not None else dict(zip(op.scalars, scalars))))
+    lay = _contig(shape)
+    out = dev.backend.alloc(lay.numel * dtype.itemsize)
+    if lay.numel:
+        k(out, x._storage, x._layout, *scalars)
+    t = _new(Tensor)
+    t._storage, t._layout, t._dtype, t._device, t._node = out, lay, dtype, dev, None
+    return t
+
+
+def apply_binary(op: OpDef, a: Tensor, b: Tensor, out_dtype=None, shape=None) -> Tensor:
+    """apply(op, a, b) for an op whose kernel is k(out, a, la, b, lb), out typed as
+    a (or out_dtype) and shaped as a and b (or ``shape``, which the caller has
+    checked)."""
+    dev, dtype = a._device, a._dtype
+    k = dev.kernels.get((op.name, dtype))
+    if (k is None or b.__class__ is not Tensor or b._dtype is not dtype or b._device is not dev
+            or a._node is not None or b._node is not None or observer is not None):
+        return apply(op, a, b)
+    la, lb = a._layout, b._layout
+    if shape is None:
+        if la.shape != lb.shape:
+            return apply(op, a, b)
+        shape = la.shape
+    lay = _contig(shape)
+    out_dtype = out_dtype or dtype
+    out = dev.backend.alloc(lay.numel * out_dtype.itemsize)
+    if lay.numel:
+        k(out, a._storage, la, b._storage, lb)
+    t = _new(Tensor)
+    t._storage, t._layout, t._dtype, t._device, t._node = out, lay, out_dtype, dev, None
     return t
 
 

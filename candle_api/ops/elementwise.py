@@ -20,7 +20,7 @@ from ..errors import DTypeError
 from ..tensor import Tensor
 from .core import broadcast_shape, check_tensor, has_kernel, same_device, same_dtype
 from .creation import from_array
-from .dispatch import OpDef, apply, define
+from .dispatch import OpDef, apply, apply_binary, apply_one, apply_unary, define
 
 # ---- unary -------------------------------------------------------------------------------
 
@@ -31,7 +31,7 @@ def _unary_prepare(x):
 
 
 def unary(op: str, x: Tensor) -> Tensor:
-    return apply(UNARY[op], x)
+    return apply_unary(UNARY[op], x)
 
 
 def _param_prepare(x, p0, p1):
@@ -41,7 +41,7 @@ def _param_prepare(x, p0, p1):
 
 def param(op: str, x: Tensor, p0: float, p1: float) -> Tensor:
     """Unary ops with two float parameters (affine, powf, elu, leaky_relu, clamp)."""
-    return apply(PARAM[op], x, p0=float(p0), p1=float(p1))
+    return apply_one(PARAM[op], x, x._layout.shape, x._dtype, (float(p0), float(p1)))
 
 
 def _clamp_decomposed(x: Tensor, p0: float, p1: float) -> Tensor:
@@ -75,37 +75,27 @@ DECOMPOSITIONS = {
 # ---- binary -------------------------------------------------------------------------------
 
 
-def _broadcast_pair(op: str, a: Tensor, b: Tensor):
-    """(shape, a's layout, b's layout) with NumPy broadcasting; same dtype and device."""
-    if b.__class__ is not Tensor:
-        check_tensor(op, b, "right operand")
-    if b._dtype is not a._dtype:
-        same_dtype(op, a, b)
-    if b._device is not a._device:
-        same_device(op, a, b)
-    la, lb = a._layout, b._layout
-    shape = la.shape
-    if lb.shape != shape:
-        shape = broadcast_shape(op, shape, lb.shape)
-        if la.shape != shape:
-            la = la.broadcast_as(shape)
+def _binary_prepare(name: str, out_dtype=None):
+    """prepare for a op b with NumPy broadcasting (same dtype and device); the
+    result has a's dtype, or out_dtype (u8 for comparisons)."""
+
+    def prepare(a, b):
+        if b.__class__ is not Tensor:
+            check_tensor(name, b, "right operand")
+        dtype = a._dtype
+        if b._dtype is not dtype:
+            same_dtype(name, a, b)
+        if b._device is not a._device:
+            same_device(name, a, b)
+        la, lb = a._layout, b._layout
+        shape = la.shape
         if lb.shape != shape:
-            lb = lb.broadcast_as(shape)
-    return shape, la, lb
-
-
-def _binary_prepare(name: str):
-    def prepare(a, b):
-        shape, la, lb = _broadcast_pair(name, a, b)
-        return shape, a._dtype, (a._storage, la, b._storage, lb)
-
-    return prepare
-
-
-def _compare_prepare(name: str):
-    def prepare(a, b):
-        shape, la, lb = _broadcast_pair(name, a, b)
-        return shape, u8, (a._storage, la, b._storage, lb)
+            shape = broadcast_shape(name, shape, lb.shape)
+            if la.shape != shape:
+                la = la.broadcast_as(shape)
+            if lb.shape != shape:
+                lb = lb.broadcast_as(shape)
+        return shape, out_dtype or dtype, (a._storage, la, b._storage, lb)
 
     return prepare
 
@@ -113,7 +103,7 @@ def _compare_prepare(name: str):
 def binary(op: str, a: Tensor, b: Tensor) -> Tensor:
     """a op b with NumPy broadcasting; dtypes and devices must match. The result
     has a's dtype (u8 for comparisons)."""
-    return apply(BINARY[op], a, b)
+    return apply_binary(BINARY[op], a, b, u8 if op in COMPARE else None)
 
 
 def _binary_backward(rule):
@@ -158,10 +148,10 @@ def binary_any(op: str, x: Tensor, other, reflected: bool = False) -> Tensor:
 def compare(op: str, x: Tensor, other) -> Tensor:
     """x op other as a u8 tensor of 0/1; other a Tensor or a scalar."""
     if isinstance(other, Tensor):
-        return binary(op, x, other)
+        return apply_binary(BINARY[op], x, other, u8)
     if not isinstance(other, numbers.Number):
         return NotImplemented
-    return binary(op, x, scalar(other, x._dtype, x._device))
+    return apply_binary(BINARY[op], x, scalar(other, x._dtype, x._device), u8)
 
 
 _SCALARS: dict = {}
@@ -228,7 +218,7 @@ def cast(x: Tensor, dtype) -> Tensor:
     (Rust's `as`, which Candle inherits); integers wrap into narrower integers."""
     if dtype is x._dtype:
         return x
-    return apply(CAST, x, dtype=dtype)
+    return apply_one(CAST, x, x._layout.shape, dtype, (dtype,))
 
 
 def _cast_prepare(x, dtype):
@@ -357,10 +347,12 @@ UNARY = {name: define(OpDef(name, prepare=_unary_prepare, backward=_unary_backwa
                             decompose=DECOMPOSITIONS.get(name)))
          for name, rule in UNARY_GRADS.items()}
 PARAM = {name: define(OpDef(name, prepare=_param_prepare, backward=_param_backward(rule),
-                            decompose=DECOMPOSITIONS.get(name)))
+                            decompose=DECOMPOSITIONS.get(name), scalars=("p0", "p1")))
          for name, rule in PARAM_GRADS.items()}
 BINARY = {name: define(OpDef(name, prepare=_binary_prepare(name), backward=_binary_backward(rule)))
           for name, rule in BINARY_GRADS.items()}
-BINARY.update({name: define(OpDef(name, prepare=_compare_prepare(name))) for name in ("eq", "ne", "lt", "le", "gt", "ge")})
+COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
+BINARY.update({name: define(OpDef(name, prepare=_binary_prepare(name, u8))) for name in COMPARE})
 WHERE = define(OpDef("where", prepare=_where_prepare, backward=_where_backward, key=1))
-CAST = define(OpDef("cast", prepare=_cast_prepare, backward=lambda inputs, out, g, dtype: (cast(g, inputs[0]._dtype),)))
+CAST = define(OpDef("cast", prepare=_cast_prepare, backward=lambda inputs, out, g, dtype: (cast(g, inputs[0]._dtype),),
+                    scalars=("dtype",)))

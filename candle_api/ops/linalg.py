@@ -7,16 +7,20 @@ from ..errors import ShapeError
 from ..layout import Layout, numel
 from ..tensor import Tensor
 from .core import broadcast_shape, check_tensor, same_device, same_dtype
-from .dispatch import OpDef, apply, define
+from .dispatch import OpDef, apply, apply_binary, define
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """Batched matmul with PyTorch's rules: (..., m, k) @ (..., k, n) with batch
     dims broadcast; a 1-d operand is a row (left) or column (right) vector that
     is dropped from the result. Operands may have any strides."""
-    check_tensor("matmul", a, "left operand")
-    check_tensor("matmul", b, "right operand")
-    if a.rank == 0 or b.rank == 0:
+    if a.__class__ is not Tensor or b.__class__ is not Tensor:
+        check_tensor("matmul", a, "left operand")
+        check_tensor("matmul", b, "right operand")
+    sa, sb = a._layout.shape, b._layout.shape
+    if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0]:  # the common case, in short
+        return apply_binary(MATMUL, a, b, None, (sa[0], sb[1]))
+    if not sa or not sb:
         raise ShapeError(f"matmul: operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
     out = apply(MATMUL, a, b)
     if a.rank == 1 or b.rank == 1:
@@ -28,9 +32,14 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 def _matmul_prepare(a: Tensor, b: Tensor):
     """The product of a and b as (..., m, k) @ (..., k, n), 1-d operands
     viewed as a row or a column."""
-    dtype = same_dtype("matmul", a, b)
-    same_device("matmul", a, b)
+    dtype = a._dtype
+    if b._dtype is not dtype:
+        same_dtype("matmul", a, b)
+    if b._device is not a._device:
+        same_device("matmul", a, b)
     la, lb = a._layout, b._layout
+    if len(la.shape) == 2 and len(lb.shape) == 2 and la.shape[1] == lb.shape[0]:  # the common case, in short
+        return (la.shape[0], lb.shape[1]), dtype, (a._storage, la, b._storage, lb)
     if la.rank == 1:
         la = la.unsqueeze(0)
     if lb.rank == 1:

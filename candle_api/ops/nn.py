@@ -8,7 +8,7 @@ from ..errors import ShapeError
 from ..layout import normalize_dim
 from ..tensor import Tensor
 from .core import check_tensor, require_float, same_device, same_dtype
-from .dispatch import OpDef, apply, define
+from .dispatch import OpDef, apply, apply_one, define
 from .shape import cat, contiguous, stack
 
 
@@ -32,11 +32,15 @@ def log_softmax_decomposed(x: Tensor, dim: int) -> Tensor:
 
 
 def _softmax_like(op: OpDef, x: Tensor, dim: int) -> Tensor:
-    check_tensor(op.name, x)
-    require_float(op.name, x)
-    if x.rank == 0:
+    if x.__class__ is not Tensor or not x._dtype.is_float:
+        check_tensor(op.name, x)
+        require_float(op.name, x)
+    shape = x._layout.shape
+    if not shape:
         raise ShapeError(f"{op.name.removesuffix('_last')} needs at least one dim")
-    return _on_last_dim(lambda v: apply(op, v), x, dim)
+    if dim == -1 or dim == len(shape) - 1:  # the common case, without the transposes
+        return apply_one(op, x, shape, x._dtype)
+    return _on_last_dim(lambda v: apply_one(op, v, v._layout.shape, v._dtype), x, dim)
 
 
 def _rows_prepare(x):

@@ -8,7 +8,7 @@ from ..errors import DTypeError, ShapeError
 from ..layout import normalize_dim
 from ..tensor import Tensor
 from .core import dims_arg, require_float
-from .dispatch import OpDef, apply, define
+from .dispatch import OpDef, apply, apply_one, define
 from .elementwise import cast
 
 
@@ -18,21 +18,44 @@ def _out_shape(shape: tuple, dims: tuple, keepdim: bool) -> tuple:
     return tuple(d for i, d in enumerate(shape) if i not in dims)
 
 
-def _run(op: str, x: Tensor, dims: tuple, keepdim: bool) -> Tensor:
-    return apply(REDUCE[op], x, dims=dims, keepdim=keepdim)
+_PLANS: dict = {}
+
+
+def _plan(name: str, shape: tuple, dim, keepdim: bool) -> tuple:
+    """(sorted dims, output shape) of reducing shape over dim (an int, a sequence
+    or None), checked once and remembered: a model reduces the same few shapes
+    again and again."""
+    try:
+        key = (name, shape, tuple(dim) if dim.__class__ is list else dim, keepdim)
+        plan = _PLANS.get(key)
+    except TypeError:  # an unhashable dim: dims_arg says what is wrong with it
+        key, plan = None, None
+    if plan is None:
+        dims = dims_arg(name, dim, len(shape))
+        out_shape = _out_shape(shape, dims, keepdim)
+        # without an identity, an empty reduced dim has no answer
+        if name not in ("sum", "prod") and any(shape[d] == 0 for d in dims) and 0 not in out_shape:
+            raise ShapeError(f"{name}: cannot reduce an empty dim (shape {shape}, dims {list(dims)})")
+        plan = (dims, out_shape)
+        if key is not None:
+            if len(_PLANS) >= 4096:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    return plan
+
+
+def _run(op: str, x: Tensor, dim, keepdim: bool) -> Tensor:
+    dims, shape = _plan(op, x._layout.shape, dim, keepdim)
+    return apply_one(REDUCE[op], x, shape, u32 if op in ("argmax", "argmin") else x._dtype, (dims,),
+                     {"dims": dims, "keepdim": keepdim})
 
 
 def _reduce_prepare(name: str, out_dtype):
     """prepare for a reduction; out_dtype None keeps x's dtype."""
-    needs_values = name not in ("sum", "prod")  # no identity: an empty reduced dim has no answer
 
     def prepare(x, dims, keepdim):
         lay = x._layout
-        shape = lay.shape
-        out_shape = _out_shape(shape, dims, keepdim)
-        if needs_values and any(shape[d] == 0 for d in dims) and 0 not in out_shape:
-            raise ShapeError(f"{name}: cannot reduce an empty dim (shape {shape}, dims {list(dims)})")
-        return out_shape, out_dtype or x._dtype, (x._storage, lay, dims)
+        return _plan(name, lay.shape, dims, keepdim)[1], out_dtype or x._dtype, (x._storage, lay, dims)
 
     return prepare
 
@@ -73,14 +96,14 @@ _GRADS = {
 
 def reduce(op: str, x: Tensor, dim, keepdim: bool) -> Tensor:
     """sum / prod / max / min over dim (int, list, or None for all); same dtype out."""
-    return _run(op, x, dims_arg(op, dim, x.rank), keepdim)
+    return _run(op, x, dim, keepdim)
 
 
 def arg(op: str, x: Tensor, dim, keepdim: bool) -> Tensor:
     """argmax / argmin: u32 index along dim, or into the flattened tensor when dim is None."""
     if dim is not None and not isinstance(dim, int):
         raise ShapeError(f"{op} takes a single dim, got {dim!r}")
-    return _run(op, x, dims_arg(op, dim, x.rank), keepdim)
+    return _run(op, x, dim, keepdim)
 
 
 def _count(x: Tensor, dims: tuple) -> int:

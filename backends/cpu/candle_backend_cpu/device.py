@@ -80,7 +80,9 @@ class CpuDevice:
                 ptr = alloc(cap if free_list is not None else nbytes)
                 if not ptr:
                     raise MemoryError(str(error()))
-            return _storage(ptr, nbytes, None)
+            s = _new(CpuStorage)  # _storage(), inlined: this runs once per op
+            s.ptr, s.nbytes, s.owner, s.writable = ptr, nbytes, None, True
+            return s
 
         # The hot allocation path is a closure: no attribute lookups per call.
         self.alloc = alloc_storage

@@ -22,3 +22,18 @@ def lay(shape, *stride_rows) -> bytes:
     for row in stride_rows:
         vals += row
     return pack(vals)
+
+
+#: (shape, strides) -> lay(shape, strides), for the hottest kernels: they see the same few layouts over
+#: and over, and packing one costs a third of a small call.
+LAYS: dict = {}
+
+
+def cached_lay(shape, strides) -> bytes:
+    """lay(shape, strides), remembered in LAYS."""
+    desc = LAYS.get((shape, strides))
+    if desc is None:
+        if len(LAYS) >= 1024:
+            LAYS.clear()
+        desc = LAYS[(shape, strides)] = lay(shape, strides)
+    return desc

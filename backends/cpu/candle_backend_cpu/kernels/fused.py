@@ -6,15 +6,17 @@ from __future__ import annotations
 from functools import partial
 
 from ..library import error
-from .descriptors import lay, pack
+from .descriptors import LAYS, cached_lay, lay, pack
 
 
 def softmax(fn, log, dt):
     """k(out, x, lx): softmax_last (log 0) and log_softmax_last (1)."""
     isz = dt.itemsize
+    cached = LAYS.get
 
     def kernel(out, x, lx):
-        if fn(dt.code, lay(lx.shape, lx.strides), x.ptr + lx.offset * isz, out.ptr, log):
+        desc = cached((lx.shape, lx.strides)) or cached_lay(lx.shape, lx.strides)
+        if fn(dt.code, desc, x.ptr + lx.offset * isz, out.ptr, log):
             raise error()
 
     return kernel

@@ -54,8 +54,12 @@ static void row_f32(const row_ctx *c, const float *src, float *dst) {
 static int row_task(void *vctx, int64_t begin, int64_t end) {
     const row_ctx *c = vctx;
     const int isz = cd_dtype_size(c->dtype);
-    void *buf = cd_scratch(c->n * cd_ct_size(c->dtype));
-    if (!buf) return -1;
+    /* contiguous f32 rows are computed in place: no buffer (its allocation costs more than a small row) */
+    void *buf = NULL;
+    if (c->dtype != CD_f32 || c->xs != 1) {
+        buf = cd_scratch(c->n * cd_ct_size(c->dtype));
+        if (!buf) return -1;
+    }
     cd_pos pos;
     cd_iter_seek(&c->rows, &pos, begin);
     for (int64_t r = begin; r < end; r++) {
@@ -75,7 +79,7 @@ static int row_task(void *vctx, int64_t begin, int64_t end) {
         }
         cd_iter_advance(&c->rows, &pos, 1);
     }
-    cd_scratch_free(buf);
+    if (buf) cd_scratch_free(buf);
     return 0;
 }
 
