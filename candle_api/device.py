@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 from .contract.device import missing_members
-from .errors import BackendUnavailableError, DeviceError, PluginError
+from .errors import BackendUnavailableError, DeviceError, PluginError, UnsupportedDTypeError
 from .registry import registry
 
 #: Seed of every device's random stream until manual_seed is called (fixed, as
@@ -34,6 +34,7 @@ class Device(str):
     index: int
     backend: object
     kernels: dict
+    dtypes: frozenset
     plugin: str
 
     def __new__(cls, spec="cpu"):
@@ -66,6 +67,7 @@ class Device(str):
             raise PluginError(f"device {name!r}: the device object of plugin {plugin} lacks {', '.join(missing)} "
                               "(see candle_api.contract.BackendDevice)")
         self.kernels = registry().kernel_table(dev_type).kernels
+        self.dtypes = frozenset(spec.dtypes)
         self._seed = DEFAULT_SEED
         self._offset = 0
         return self
@@ -90,6 +92,12 @@ class Device(str):
 
     def synchronize(self) -> None:
         self.backend.synchronize()
+
+    def check_dtype(self, dtype) -> None:
+        """Raises UnsupportedDTypeError when this device does not hold dtype."""
+        if dtype not in self.dtypes:
+            raise UnsupportedDTypeError(f"device {self} does not hold {dtype} tensors (its dtypes: "
+                                        f"{' '.join(sorted(self.dtypes))})")
 
 
 def _parse(spec: str) -> tuple[str, str, int]:

@@ -38,12 +38,16 @@ class UnsupportedOpError(CandleError, NotImplementedError):
         installed = ", ".join(plugins) or "none"
         super().__init__(
             f"op {op!r} is not implemented on device {device}{on} "
-            f"(installed backend plugins: {installed})"
+            f"(installed backend and kernel plugins: {installed})"
         )
 
 
 class ReadOnlyError(CandleError, ValueError):
     """An in-place write into memory the caller may not change."""
+
+
+class UnsupportedDTypeError(DTypeError):
+    """A dtype the device does not hold (its backend's ``BackendSpec.dtypes``)."""
 
 
 class IndexOutOfRangeError(CandleError, IndexError):

@@ -78,6 +78,16 @@ def describe(show_ops: bool = True) -> str:
             state = f"available ({b.device_count} device(s))" if b.available else f"unavailable: {b.reason}"
             about = "; ".join(x for x in (b.description, b.details) if x)
             lines.append(f"    device {b.device_type}: {state}" + (f" - {about}" if about else ""))
+    custom = registry().ops.names()
+    if custom:
+        lines += ["", "custom ops (a device without the op's kernel runs its decomposition, if it has one):"]
+        for name in custom:
+            op = registry().ops.get(name)
+            served = [f"{dev_type} {' '.join(sorted(by_dtype))} <- {', '.join(sorted(set(by_dtype.values())))}"
+                      for dev_type in sorted(registry().backends())
+                      for by_dtype in [kernel_providers(dev_type).get(name, {})] if by_dtype]
+            fallback = "decomposition elsewhere" if op.decompose is not None else "no decomposition"
+            lines.append(f"  {name}: kernels on {'; '.join(served) or 'no device'}; {fallback}")
     if show_ops:
         for p in infos:
             for b in p.backends:

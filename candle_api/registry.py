@@ -185,6 +185,11 @@ class Registry:
         self._records.setdefault(plugin, PluginRecord(plugin)).error = (
             f"{hook} returned {type(value).__name__} {value!r:.60}, not the documented type")
 
+    def implementers(self, *hook_names: str) -> set[str]:
+        """Names of the plugins implementing any of these hooks."""
+        self.ensure_loaded()
+        return {plugin for hook in hook_names for plugin, _ in self._impls(hook)}
+
     def _impls(self, hook_name: str):
         """(plugin name, function) of every implementation of a hook."""
         hook = getattr(self._pm.hook, hook_name)

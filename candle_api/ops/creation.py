@@ -49,6 +49,7 @@ def from_array(arr: np.ndarray, dtype=None, device=None, copy: bool = True) -> T
     With copy=False on a host backend the tensor shares the array's memory."""
     dev = get_device(device)
     dt = get_dtype(dtype) if dtype is not None else from_numpy_dtype(arr.dtype)
+    dev.check_dtype(dt)
     if arr.dtype != dt.np:
         arr = arr.astype(dt.np)
         copy = False  # already a fresh array
@@ -116,6 +117,7 @@ def empty(*shape, dtype=None, device=None) -> Tensor:
     shape = check_shape(_shape_args(shape))
     dt = get_dtype(dtype) if dtype is not None else f32
     dev = get_device(device)
+    dev.check_dtype(dt)
     lay = Layout.contig(shape)
     return make(dev.backend.alloc(lay.numel * dt.itemsize), lay, dt, dev)
 
@@ -179,6 +181,7 @@ def _random(shape, dist: int, p0: float, p1: float, dtype, device) -> Tensor:
     if not dt.is_float:
         raise DTypeError(f"random values need a float dtype, got {dt}")
     dev = get_device(device)
+    dev.check_dtype(dt)
     lay = Layout.contig(shape)
     n = lay.numel
     out = make(dev.backend.alloc(n * dt.itemsize), lay, dt, dev)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import UnsupportedOpError
 from ..registry import registry
 from ..tensor import Tensor
-from .core import check_tensor, same_device
+from .core import check_tensor, same_device, same_dtype
 from .dispatch import apply
 
 
@@ -22,4 +22,5 @@ def custom_op(name: str, *inputs: Tensor, **params) -> Tensor:
     for t in inputs:
         check_tensor(name, t, "input")
     same_device(name, *inputs)
+    same_dtype(name, *inputs)  # the kernel is chosen by one dtype and told no other
     return apply(op, *inputs, **params)

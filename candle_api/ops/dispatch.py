@@ -194,8 +194,9 @@ def unsupported(name: str, device, dtype):
     from ..errors import UnsupportedOpError
     from ..registry import registry
 
+    serving = registry().implementers("candle_api_backends", "candle_api_kernels")
     plugins = [f"{r.name} ({r.distribution} {r.version})".replace(" )", ")")
-               for r in registry().records() if not r.error]
+               for r in registry().records() if not r.error and r.name in serving]
     err = UnsupportedOpError(name, str(device), str(dtype) if dtype is not None else None, plugins)
     row = BY_NAME.get(name)
     spec = registry().backends().get(getattr(device, "type", ""), (None,))[0]

@@ -218,6 +218,8 @@ def cast(x: Tensor, dtype) -> Tensor:
     (Rust's `as`, which Candle inherits); integers wrap into narrower integers."""
     if dtype is x._dtype:
         return x
+    if dtype not in x._device.dtypes:
+        x._device.check_dtype(dtype)
     return apply_one(CAST, x, x._layout.shape, dtype, (dtype,))
 
 

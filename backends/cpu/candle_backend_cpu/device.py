@@ -28,15 +28,15 @@ class CpuStorage:
     collection), else the object keeping foreign memory alive (a numpy array, a
     DLPack producer); ``writable`` is False for read-only foreign memory."""
 
-    __slots__ = ("ptr", "nbytes", "owner", "writable", "__weakref__")
+    __slots__ = ("ptr", "nbytes", "owner", "writable", "pool", "__weakref__")
 
     def __del__(self):
-        if self.owner is None and _free is not None:
-            free_list = _FREE_LISTS.get((self.nbytes + 63) & -64 or 64)
-            if free_list is not None and len(free_list) < _FREE_LIST_DEPTH:
-                free_list.append(self.ptr)
-            else:
-                _free(self.ptr)
+        # pool: the free list of the block's size class (None for large blocks and foreign memory)
+        pool = self.pool
+        if pool is not None and len(pool) < _FREE_LIST_DEPTH:
+            pool.append(self.ptr)
+        elif self.owner is None and _free is not None:
+            _free(self.ptr)
 
 
 _new = object.__new__
@@ -49,6 +49,7 @@ def _storage(ptr: int, nbytes: int, owner, writable: bool = True) -> CpuStorage:
     s.nbytes = nbytes
     s.owner = owner
     s.writable = writable
+    s.pool = None
     return s
 
 
@@ -81,7 +82,7 @@ class CpuDevice:
                 if not ptr:
                     raise MemoryError(str(error()))
             s = _new(CpuStorage)  # _storage(), inlined: this runs once per op
-            s.ptr, s.nbytes, s.owner, s.writable = ptr, nbytes, None, True
+            s.ptr, s.nbytes, s.owner, s.writable, s.pool = ptr, nbytes, None, True, free_list
             return s
 
         # The hot allocation path is a closure: no attribute lookups per call.
