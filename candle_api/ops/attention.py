@@ -13,6 +13,7 @@ from ..autograd.engine import grad as autograd_grad
 from ..autograd.graph import enable_grad
 from ..dtype import u8
 from ..errors import DTypeError, ShapeError
+from ..layout import Layout
 from ..tensor import Tensor
 from .core import broadcast_shape, check_tensor, require_float, same_device, same_dtype
 from .creation import arange

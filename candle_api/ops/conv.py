@@ -36,8 +36,8 @@ def _conv(op: str, x: Tensor, w: Tensor, padding, stride, dilation, groups, tran
           output_padding=(0, 0)) -> Tensor:
     check_tensor(op, x)
     check_tensor(op, w, "kernel")
-    dtype = same_dtype(op, x, w)
-    dev = same_device(op, x, w)
+    same_dtype(op, x, w)
+    same_device(op, x, w)
     require_float(op, x)
     x, unbatched = _batched(op, x, 4)
     if w.rank != 4:

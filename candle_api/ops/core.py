@@ -1,12 +1,11 @@
-"""Helpers shared by the op modules: making tensors, allocating outputs,
-finding kernels and checking operands."""
+"""Helpers shared by the op modules: making tensors and checking operands
+(kernels are found and called in :mod:`.dispatch`)."""
 
 from __future__ import annotations
 
 from ..autograd.graph import is_grad_enabled, record
-from ..errors import DeviceError, DTypeError, ShapeError, UnsupportedOpError
+from ..errors import DeviceError, DTypeError, ShapeError
 from ..layout import Layout, normalize_dim
-from ..registry import registry
 from ..tensor import Tensor
 
 _new = object.__new__
@@ -42,23 +41,8 @@ def empty(shape: tuple, dtype, device) -> Tensor:
     return make(device.backend.alloc(lay.numel * dtype.itemsize), lay, dtype, device)
 
 
-def kernel(device, op: str, dtype):
-    """The device's kernel for (op, dtype); raises UnsupportedOpError."""
-    k = device.kernels.get((op, dtype))
-    if k is None:
-        raise unsupported(op, device, dtype)
-    return k
-
-
 def has_kernel(device, op: str, dtype) -> bool:
     return (op, dtype) in device.kernels
-
-
-def unsupported(op: str, device, dtype) -> UnsupportedOpError:
-    plugins = [
-        f"{r.name} ({r.distribution} {r.version})".replace(" )", ")") for r in registry().records() if not r.error
-    ]
-    return UnsupportedOpError(op, str(device), str(dtype) if dtype is not None else None, plugins)
 
 
 def check_tensor(op: str, x, what: str = "argument") -> Tensor:

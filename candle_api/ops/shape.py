@@ -10,7 +10,7 @@ from ..autograd.helpers import scatter_view, sum_to
 from ..errors import IndexOutOfRangeError, ShapeError
 from ..layout import MAX_DIMS, Layout, check_shape, normalize_dim, numel
 from ..tensor import Tensor
-from .core import check_tensor, derived_view, empty, same_device, same_dtype, view
+from .core import check_tensor, derived_view, empty, same_device, same_dtype
 from .dispatch import OpDef, apply, define
 from .creation import zeros
 
