@@ -33,6 +33,7 @@ class Device(str):
     type: str
     index: int
     backend: object
+    alloc: object
     kernels: dict
     dtypes: frozenset
     plugin: str
@@ -62,6 +63,7 @@ class Device(str):
         self.index = index
         self.plugin = plugin
         self.backend = spec.open(index)
+        self.alloc = getattr(self.backend, "alloc", None)  # the per-op allocation, one attribute away
         missing = missing_members(self.backend)
         if missing:
             raise PluginError(f"device {name!r}: the device object of plugin {plugin} lacks {', '.join(missing)} "

@@ -648,7 +648,7 @@ class Tensor:
 
     # ---- nn ------------------------------------------------------------------------
     def softmax(self, dim: int = -1) -> "Tensor":
-        return _softmax(self, dim)
+        return _softmax_like(_SOFTMAX_LAST, self, dim)
 
     def log_softmax(self, dim: int = -1) -> "Tensor":
         return ops.nn.log_softmax(self, dim)
@@ -711,4 +711,4 @@ del _op, _doc
 
 from .ops.indexing import getitem as _getitem  # noqa: E402
 from .ops.linalg import matmul as _matmul  # noqa: E402
-from .ops.nn import softmax as _softmax  # noqa: E402
+from .ops.nn import SOFTMAX_LAST as _SOFTMAX_LAST, _softmax_like  # noqa: E402

@@ -218,9 +218,9 @@ def cast(x: Tensor, dtype) -> Tensor:
     (Rust's `as`, which Candle inherits); integers wrap into narrower integers."""
     if dtype is x._dtype:
         return x
-    if dtype not in x._device.dtypes:
-        x._device.check_dtype(dtype)
-    return apply_one(CAST, x, x._layout.shape, dtype, (dtype,))
+    if dtype in x._device.dtypes:
+        return apply_one(CAST, x, x._layout.shape, dtype, (dtype,))
+    x._device.check_dtype(dtype)
 
 
 def _cast_prepare(x, dtype):

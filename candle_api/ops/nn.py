@@ -8,7 +8,7 @@ from ..errors import ShapeError
 from ..layout import normalize_dim
 from ..tensor import Tensor
 from .core import check_tensor, require_float, same_device, same_dtype
-from .dispatch import OpDef, apply, apply_one, define
+from .dispatch import OpDef, apply, apply_unary, define
 from .shape import cat, contiguous, stack
 
 
@@ -39,8 +39,8 @@ def _softmax_like(op: OpDef, x: Tensor, dim: int) -> Tensor:
     if not shape:
         raise ShapeError(f"{op.name.removesuffix('_last')} needs at least one dim")
     if dim == -1 or dim == len(shape) - 1:  # the common case, without the transposes
-        return apply_one(op, x, shape, x._dtype)
-    return _on_last_dim(lambda v: apply_one(op, v, v._layout.shape, v._dtype), x, dim)
+        return apply_unary(op, x)
+    return _on_last_dim(lambda v: apply_unary(op, v), x, dim)
 
 
 def _rows_prepare(x):

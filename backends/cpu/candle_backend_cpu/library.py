@@ -17,7 +17,7 @@ from candle_api.dtype import ALL_DTYPES
 from candle_api.errors import BackendUnavailableError, IndexOutOfRangeError, KernelError
 
 LIB_NAME = "libcandle_cpu.so"
-ABI_VERSION = 1
+ABI_VERSION = 2
 #: Set to load another build of the library (a sanitizer build in CI, say).
 ENV_OVERRIDE = "CANDLE_CPU_LIB"
 
@@ -52,7 +52,7 @@ SIGNATURES = {
     "cd_fill": (c_int, [c_int32, c_char_p, c_void_p, c_char_p]),
     "cd_reduce": (c_int, [c_int32, c_int32, c_char_p, c_void_p, c_void_p]),
     "cd_cumsum": (c_int, [c_int32, c_char_p, c_void_p, c_void_p]),
-    "cd_matmul": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p]),
+    "cd_matmul": (c_int, [c_char_p, c_void_p, c_void_p, c_void_p]),
     "cd_index_select": (c_int, [c_int32, c_int32, c_char_p, c_void_p, c_void_p, c_int64, c_void_p]),
     "cd_gather": (c_int, [c_int32, c_int32, c_char_p, c_void_p, c_void_p, c_void_p]),
     "cd_scatter": (c_int, [c_int32, c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_int32]),

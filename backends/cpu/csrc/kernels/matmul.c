@@ -98,14 +98,15 @@ static int batch_task(void *vctx, int64_t begin, int64_t end) {
     return 0;
 }
 
-int cd_matmul(int32_t dtype, const int64_t *desc, const void *a, const void *b, void *out) {
-    if (dtype < 0 || dtype >= CD_NUM_DTYPES) return cd_fail("bad dtype %d", dtype);
+int cd_matmul(const int64_t *desc, const void *a, const void *b, void *out) {
+    int64_t dtype = *desc++;
+    if (dtype < 0 || dtype >= CD_NUM_DTYPES) return cd_fail("bad dtype %lld", (long long)dtype);
     int64_t m = desc[0], n = desc[1], k = desc[2], nb = desc[7];
     if (m < 0 || n < 0 || k < 0 || nb < 0 || nb > CD_MAX_DIMS) return cd_fail("bad matmul sizes");
     int64_t batches = 1;
     for (int64_t q = 0; q < nb; q++) batches *= desc[8 + q];
     if (batches == 0 || m == 0 || n == 0) return 0;
-    batch_ctx x = {dtype, desc, a, b, out};
+    batch_ctx x = {(int)dtype, desc, a, b, out};
     /* Many small products run one per thread; large ones thread internally. */
     int64_t flops = m * n * k;
     int64_t grain = flops >= (1 << 22) ? batches : CD_MAX(1, (1 << 22) / CD_MAX(1, flops));

@@ -25,7 +25,7 @@ extern "C" {
 
 /* Bumped whenever a signature below changes; the Python side refuses a library
  * whose version differs from the one it was written for. */
-#define CD_ABI_VERSION 1
+#define CD_ABI_VERSION 2
 
 /* Most dimensions an op accepts (the Python core enforces the same limit). */
 #define CD_MAX_DIMS 32
@@ -146,9 +146,11 @@ CD_API int cd_reduce(int32_t op, int32_t dtype, const int64_t *lay, const void *
 CD_API int cd_cumsum(int32_t dtype, const int64_t *lay, const void *x, void *out);
 
 /* ---- matmul ----------------------------------------------------------- */
-/* desc = [m, n, k, a_rs, a_cs, b_rs, b_cs, nbatch, batch shape, a batch strides,
- *         b batch strides]; out is contiguous (batch..., m, n). */
-CD_API int cd_matmul(int32_t dtype, const int64_t *desc, const void *a, const void *b, void *out);
+/* desc = [dtype, m, n, k, a_rs, a_cs, b_rs, b_cs, nbatch, batch shape, a batch
+ *         strides, b batch strides]; out is contiguous (batch..., m, n). The
+ * dtype rides in the descriptor: one ctypes argument fewer is a tenth of a small
+ * product's cost. */
+CD_API int cd_matmul(const int64_t *desc, const void *a, const void *b, void *out);
 
 /* ---- indexing --------------------------------------------------------- */
 /* All index ops take the index dtype (u8, u32, i16, i32 or i64) separately and
