@@ -491,22 +491,34 @@ class Tensor:
 
     # comparisons return u8 tensors, as in Candle
     def __eq__(self, other):
-        return ops.elementwise.compare("eq", self, other)
+        if other.__class__ is Tensor:
+            return _apply_binary(_ew.BINARY["eq"], self, other, _u8)
+        return _ew.compare("eq", self, other)
 
     def __ne__(self, other):
-        return ops.elementwise.compare("ne", self, other)
+        if other.__class__ is Tensor:
+            return _apply_binary(_ew.BINARY["ne"], self, other, _u8)
+        return _ew.compare("ne", self, other)
 
     def __lt__(self, other):
-        return ops.elementwise.compare("lt", self, other)
+        if other.__class__ is Tensor:
+            return _apply_binary(_ew.BINARY["lt"], self, other, _u8)
+        return _ew.compare("lt", self, other)
 
     def __le__(self, other):
-        return ops.elementwise.compare("le", self, other)
+        if other.__class__ is Tensor:
+            return _apply_binary(_ew.BINARY["le"], self, other, _u8)
+        return _ew.compare("le", self, other)
 
     def __gt__(self, other):
-        return ops.elementwise.compare("gt", self, other)
+        if other.__class__ is Tensor:
+            return _apply_binary(_ew.BINARY["gt"], self, other, _u8)
+        return _ew.compare("gt", self, other)
 
     def __ge__(self, other):
-        return ops.elementwise.compare("ge", self, other)
+        if other.__class__ is Tensor:
+            return _apply_binary(_ew.BINARY["ge"], self, other, _u8)
+        return _ew.compare("ge", self, other)
 
     def eq(self, other):
         return ops.elementwise.compare("eq", self, other)
@@ -704,6 +716,7 @@ UNARY_DOCS = {
 from . import dlpack, ops  # noqa: E402
 from .ops import elementwise as _ew  # noqa: E402  (the hottest paths skip an attribute lookup)
 from .ops.dispatch import apply_binary as _apply_binary, apply_unary as _apply_unary  # noqa: E402
+from .dtype import u8 as _u8  # noqa: E402
 
 for _op, _doc in UNARY_DOCS.items():
     setattr(Tensor, _op, _unary_method(_ew.UNARY[_op], _doc))

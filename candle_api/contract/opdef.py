@@ -28,7 +28,7 @@ class OpDef:
     - ``decompose(*inputs, **params)``: the op from other ops, run on a device
       without the kernel (autograd then follows those ops).
     - ``key``: which input's dtype keys the kernel (0: the first).
-    - ``scalars``: for built-in ops whose kernel is ``k(out, x, lx, *scalars)``,
+    - ``scalars``: for built-in ops whose kernel is ``k(out, x, lx, scalars...)``,
       the names of those params, in order (the fast path passes them by position).
     """
 

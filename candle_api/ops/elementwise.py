@@ -41,7 +41,7 @@ def _param_prepare(x, p0, p1):
 
 def param(op: str, x: Tensor, p0: float, p1: float) -> Tensor:
     """Unary ops with two float parameters (affine, powf, elu, leaky_relu, clamp)."""
-    return apply_one(PARAM[op], x, x._layout.shape, x._dtype, (float(p0), float(p1)))
+    return apply_one(PARAM[op], x, x._layout.shape, x._dtype, float(p0), float(p1))
 
 
 def _clamp_decomposed(x: Tensor, p0: float, p1: float) -> Tensor:
@@ -219,7 +219,7 @@ def cast(x: Tensor, dtype) -> Tensor:
     if dtype is x._dtype:
         return x
     if dtype in x._device.dtypes:
-        return apply_one(CAST, x, x._layout.shape, dtype, (dtype,))
+        return apply_one(CAST, x, x._layout.shape, dtype, dtype)
     x._device.check_dtype(dtype)
 
 

@@ -46,8 +46,8 @@ def _plan(name: str, shape: tuple, dim, keepdim: bool) -> tuple:
 
 def _run(op: str, x: Tensor, dim, keepdim: bool) -> Tensor:
     dims, shape = _plan(op, x._layout.shape, dim, keepdim)
-    return apply_one(REDUCE[op], x, shape, u32 if op in ("argmax", "argmin") else x._dtype, (dims,),
-                     {"dims": dims, "keepdim": keepdim})
+    return apply_one(REDUCE[op], x, shape, u32 if op in ("argmax", "argmin") else x._dtype, dims,
+                     params={"dims": dims, "keepdim": keepdim})
 
 
 def _reduce_prepare(name: str, out_dtype):
