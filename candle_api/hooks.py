@@ -26,8 +26,10 @@ import pluggy
 
 from .contract.opdef import OpDef  # noqa: F401  (what candle_api_custom_ops defines)
 
-#: The hook API this candle-api implements.
-HOOK_API_VERSION = 1
+#: The hook API this candle-api implements. 2 added BackendSpec.contract_version
+#: and BackendSpec.dtypes (a plugin using them sets CANDLE_API_HOOK_VERSION = 2),
+#: and made OpDef the one op definition (candle_api.contract.opdef).
+HOOK_API_VERSION = 2
 
 hookspec = pluggy.HookspecMarker("candle_api")
 hookimpl = pluggy.HookimplMarker("candle_api")

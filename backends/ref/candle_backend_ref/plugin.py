@@ -6,6 +6,10 @@ from candle_api.hooks import BackendSpec, KernelSet, hookimpl
 
 from . import CONTRACT_VERSION
 
+#: BackendSpec.contract_version and dtypes came with hook API 2: an older candle-api refuses
+#: this plugin by name instead of failing obscurely.
+CANDLE_API_HOOK_VERSION = 2
+
 
 def _open(index: int):
     from .device import RefDevice

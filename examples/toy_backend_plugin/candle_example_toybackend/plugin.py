@@ -4,6 +4,10 @@ device object and the kernel table are made when first asked for."""
 
 from candle_api.hooks import BackendSpec, KernelSet, hookimpl
 
+#: BackendSpec.contract_version and dtypes came with hook API 2: an older candle-api refuses
+#: this plugin by name instead of failing obscurely.
+CANDLE_API_HOOK_VERSION = 2
+
 DEVICE_TYPE = "toy"
 
 
