@@ -17,7 +17,7 @@ from .dtype import (  # noqa: E402
     i16 as int16, i32 as int32, i64 as int64, u8 as uint8, u32 as uint32,
 )
 from .errors import (  # noqa: E402
-    BackendUnavailableError, CandleError, DeviceError, DTypeError, FormatError, IndexOutOfRangeError,
+    ArgumentError, BackendUnavailableError, CandleError, DeviceError, DTypeError, FormatError, IndexOutOfRangeError,
     KernelError, PluginError, ReadOnlyError, ShapeError, TensorNameError, UnsupportedOpError,
 )
 from .info import plugins  # noqa: E402
@@ -62,6 +62,6 @@ __all__ = [
     "arange", "eye", "rand", "randn", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
     "randn_like", "from_numpy", "from_dlpack", "manual_seed", "custom_op", "register_plugin", "unregister_plugin", "cat", "concat", "stack", "where", "matmul", "trace", "shadow", "ShadowMismatchError",
     "u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "functional", "nn", "optim", "utils", "plugins", "load", "save",
-    "CandleError", "ShapeError", "DTypeError", "DeviceError", "BackendUnavailableError", "UnsupportedOpError",
+    "CandleError", "ArgumentError", "ShapeError", "DTypeError", "DeviceError", "BackendUnavailableError", "UnsupportedOpError",
     "IndexOutOfRangeError", "KernelError", "PluginError", "ReadOnlyError", "FormatError", "TensorNameError",
 ]

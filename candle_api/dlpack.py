@@ -201,5 +201,7 @@ def from_dlpack(obj):
     base = dl.data + dl.byte_offset + lo * isz
     layout = Layout(shape, layout.strides, -lo)
     storage = device.backend.wrap(base, (hi - lo) * isz, owner)
+    if struct is DLManagedTensorVersioned and managed.flags & FLAG_READ_ONLY:
+        storage.writable = False  # the producer's promise: in-place ops must not write into it
     out = make(storage, layout, dtype, device)
     return out if min(layout.strides, default=0) >= 0 else out.contiguous()

@@ -13,6 +13,11 @@ class CandleError(Exception):
     """Base class of every candle-api error."""
 
 
+class ArgumentError(CandleError, ValueError):
+    """An argument outside the values a function takes (a thread count, a
+    sampling temperature, a non-finite bound...)."""
+
+
 class ShapeError(CandleError, ValueError):
     """Shapes or dims that do not fit the op (mismatch, bad rank, bad dim)."""
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numbers
+
 from .device import get_device
 from .dtype import f32
-from .errors import CandleError
+from .errors import ArgumentError, CandleError
 from .registry import registry
 
 
@@ -58,10 +60,18 @@ def get_num_threads() -> int:
     return backend.get_num_threads() if backend is not None else 1
 
 
+#: The most worker threads set_num_threads takes (as many as a large server has cores, and then some).
+MAX_THREADS = 4096
+
+
 def set_num_threads(n: int) -> None:
+    """Worker threads of the cpu backend: 1 to MAX_THREADS."""
     backend = _cpu_backend()
     if backend is None:
         raise CandleError("no cpu backend is installed")
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= MAX_THREADS:
+        raise ArgumentError(f"set_num_threads: the number of threads must be an integer from 1 to {MAX_THREADS}, "
+                         f"got {n!r}")
     backend.set_num_threads(int(n))
 
 

@@ -89,5 +89,5 @@ def test_results_do_not_depend_on_the_thread_count(threads):
 
 
 def test_set_num_threads_rejects_nonsense():
-    with pytest.raises(c.KernelError):
+    with pytest.raises(c.ArgumentError):
         utils.set_num_threads(0)

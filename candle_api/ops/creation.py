@@ -3,6 +3,7 @@ values; moving them between devices and dtypes."""
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -10,8 +11,8 @@ import numpy as np
 from .. import device as device_mod
 from ..autograd.graph import is_grad_enabled, record
 from ..device import get_device, known_devices
-from ..dtype import f32, get_dtype, from_numpy_dtype, i64, u32
-from ..errors import DTypeError, ShapeError
+from ..dtype import bf16, f32, get_dtype, from_numpy_dtype, i64, u32
+from ..errors import ArgumentError, DTypeError, ShapeError
 from ..layout import Layout, check_shape
 from ..tensor import Tensor, _shape_args
 from .core import make
@@ -44,6 +45,26 @@ def _to_array(data) -> np.ndarray:
     return arr
 
 
+def _cast_rules(arr: np.ndarray, dt) -> np.ndarray:
+    """Data converted into dtype dt as docs/semantics.md says casts do, not as
+    NumPy's astype would: floats saturate into integers and NaN becomes 0;
+    integers that do not fit an integer dtype are refused (a cast of a tensor
+    would wrap them, but data written as a literal means the number)."""
+    if not dt.is_int or not arr.size or arr.dtype == dt.np:
+        return arr
+    info = np.iinfo(dt.np)
+    if arr.dtype.kind == "f" or arr.dtype == bf16.np:
+        v = np.asarray(arr, np.float64)
+        top = float(info.max) if float(info.max) <= info.max else np.nextafter(float(info.max), 0.0)
+        v = np.where(np.isnan(v), 0.0, v)
+        return np.where(v > top, info.max, np.clip(np.trunc(v), float(info.min), top).astype(np.int64)).astype(dt.np)
+    if arr.dtype.kind in "iu":
+        lo, hi = arr.min(), arr.max()
+        if lo < info.min or hi > info.max:
+            raise DTypeError(f"the value {lo if lo < info.min else hi} does not fit in {dt}")
+    return arr
+
+
 def from_array(arr: np.ndarray, dtype=None, device=None, copy: bool = True) -> Tensor:
     """A tensor from a numpy array, converting to ``dtype`` when given.
     With copy=False on a host backend the tensor shares the array's memory."""
@@ -63,11 +84,12 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, Tensor):
         out = data.to_device(device) if device is not None else data.copy()
         return out.to_dtype(dtype) if dtype is not None else out
-    if isinstance(data, np.ndarray) or hasattr(data, "__array__") or hasattr(data, "__array_interface__"):
-        arr = _to_array(data)
-        return from_array(arr, dtype, device)
     arr = _to_array(data)
-    return from_array(arr, dtype if dtype is not None else _infer_dtype(arr), device)
+    if isinstance(data, np.ndarray) or hasattr(data, "__array__") or hasattr(data, "__array_interface__"):
+        dt = get_dtype(dtype) if dtype is not None else None
+    else:
+        dt = get_dtype(dtype) if dtype is not None else _infer_dtype(arr)
+    return from_array(_cast_rules(arr, dt) if dt is not None else arr, dt, device)
 
 
 def from_numpy(arr: np.ndarray, device=None) -> Tensor:
@@ -91,7 +113,7 @@ def _fill(shape, value, dtype, device) -> Tensor:
 def fill_(t: Tensor, value) -> Tensor:
     """Sets every element of t (any layout) to value, in place."""
     if t._layout.numel:
-        apply(FILL, t, value=np.asarray(value).astype(t._dtype.np).tobytes())
+        apply(FILL, t, value=_cast_rules(np.asarray(value), t._dtype).astype(t._dtype.np).tobytes())
     return t
 
 
@@ -159,11 +181,21 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
         start, end = 0, start
     if step == 0:
         raise ShapeError("arange: step must not be zero")
+    for name, v in (("start", start), ("end", end), ("step", step)):
+        if not isinstance(v, numbers.Real) or not math.isfinite(v):
+            raise ArgumentError(f"arange: {name} must be a finite number, got {v!r}")
     if dtype is None:
         dtype = i64 if all(isinstance(v, numbers.Integral) for v in (start, end, step)) else f32
     dt = get_dtype(dtype)
+    count = max(0, math.ceil((end - start) / step))
+    if count > MAX_ARANGE:
+        raise ShapeError(f"arange: {count} values are too many for one tensor (at most {MAX_ARANGE})")
     values = np.arange(start, end, step, dtype=np.float64 if dt.is_float else np.int64)
     return from_array(values, dt, device)
+
+
+#: More values than arange makes (2^40: 8 TiB of i64); NumPy refuses far sooner than memory runs out.
+MAX_ARANGE = 1 << 40
 
 
 def arange_step(start, end, step, dtype=None, device=None) -> Tensor:

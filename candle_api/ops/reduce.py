@@ -3,7 +3,7 @@ argmin (kernels), and mean, var, log_sum_exp (composed from them); cumsum."""
 
 from __future__ import annotations
 
-from ..dtype import f64, u32
+from ..dtype import bf16, f16, f32, f64, u32
 from ..errors import DTypeError, ShapeError
 from ..layout import normalize_dim
 from ..tensor import Tensor
@@ -113,12 +113,18 @@ def _count(x: Tensor, dims: tuple) -> int:
     return n
 
 
+# Half floats overflow their own sums (f16 past 65504): their means and variances accumulate in f32,
+# as NumPy's and PyTorch's do, and round once at the end.
+_ACCUMULATE = {f16: f32, bf16: f32}
+
+
 def mean(x: Tensor, dim, keepdim: bool) -> Tensor:
     """The mean; integer tensors are averaged exactly and truncated, as in Candle."""
     dims = dims_arg("mean", dim, x.rank)
     n = _count(x, dims)
-    if x._dtype.is_int:
-        return cast(mean(cast(x, f64), dims, keepdim), x._dtype)
+    wider = f64 if x._dtype.is_int else _ACCUMULATE.get(x._dtype)
+    if wider is not None:
+        return cast(mean(cast(x, wider), dims, keepdim), x._dtype)
     total = _run("sum", x, dims, keepdim)
     return total.affine(1.0 / n if n else float("nan"), 0.0)
 
@@ -126,6 +132,8 @@ def mean(x: Tensor, dim, keepdim: bool) -> Tensor:
 def var(x: Tensor, dim, keepdim: bool, unbiased: bool = True) -> Tensor:
     require_float("var", x)
     dims = dims_arg("var", dim, x.rank)
+    if x._dtype in _ACCUMULATE:
+        return cast(var(cast(x, _ACCUMULATE[x._dtype]), dims, keepdim, unbiased), x._dtype)
     n = _count(x, dims)
     centered = x - mean(x, dims, True)
     denom = n - 1 if unbiased else n

@@ -73,7 +73,8 @@
 #define PF_powf(T, S, x, p0, p1) pow##S((x), (p0))
 #define PF_elu(T, S, x, p0, p1) ((x) > 0 ? (x) : (p0) * expm1##S(x))
 #define PF_leaky_relu(T, S, x, p0, p1) ((x) > 0 ? (x) : (p0) * (x))
-#define PF_clamp(T, S, x, p0, p1) ((x) != (x) ? (x) : (x) < (p0) ? (p0) : (x) > (p1) ? (p1) : (x))
+/* min(max(x, p0), p1): p1 everywhere when p0 > p1 (PyTorch's and NumPy's rule); NaN propagates */
+#define PF_clamp(T, S, x, p0, p1) ((x) < (p0) ? ((p0) > (p1) ? (p1) : (p0)) : (x) > (p1) ? (p1) : (x))
 
 /* Binary float ops; maximum/minimum propagate NaN like numpy and PyTorch. */
 #define BF_add(T, S, a, b) ((a) + (b))
@@ -179,7 +180,7 @@ static int whole(double v) { return v == v && fabs(v) < 9.2e18 && v == (double)(
     static int p_clamp_##dt(int64_t n, const void *vx, void *vy, double p0, double p1) {         \
         const CD_T_##dt *x = vx;                                                                 \
         CD_T_##dt *y = vy;                                                                       \
-        const CD_T_##dt lo = CD_SAT(dt, ceil(p0)), hi = CD_SAT(dt, floor(p1));                  \
+        const CD_T_##dt hi = CD_SAT(dt, floor(p1)), lo = CD_MIN(CD_SAT(dt, ceil(p0)), hi);      \
         for (int64_t i = 0; i < n; i++) y[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];          \
         return 0;                                                                                \
     }

@@ -1,0 +1,129 @@
+"""Bad input and faults in the core (issue 20's findings 1, 2, 5, 8, 9 and 14):
+a clear candle error or the documented result, never a crash, a silent wrong
+answer or a write into memory the caller may not change.
+
+The writers run in a subprocess: before the fix they died of SIGSEGV, which
+would have taken the whole test run down instead of failing one test."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import candle_api as c
+from candle_api import nn
+
+# ---- in-place writers against read-only memory (findings 1 and 2) ----------------------------
+
+_SOURCES = {
+    "safetensors": "c.save({'w': c.ones(4, 4)}, str(tmp / 'x.safetensors')); t = c.load(str(tmp / 'x.safetensors'))['w']",
+    "npy": "np.save(tmp / 'x.npy', np.ones((4, 4), np.float32)); t = c.load(str(tmp / 'x.npy'))['arr_0']",
+    "mmap": "np.save(tmp / 'y.npy', np.ones((4, 4), np.float32)); "
+            "t = c.from_numpy(np.load(tmp / 'y.npy', mmap_mode='r'))",
+    "bytes": "b = np.ones(16, np.float32).tobytes(); t = c.from_numpy(np.frombuffer(b, np.float32)).reshape(4, 4)",
+    "readonly_array": "a = np.ones((4, 4), np.float32); a.flags.writeable = False; t = c.from_numpy(a)",
+    "dlpack_readonly": "a = np.ones((4, 4), np.float32); a.flags.writeable = False; t = c.from_dlpack(a)",
+}
+_WRITERS = {
+    "init_zeros": "nn.init.zeros_(t)",
+    "init_normal": "nn.init.normal_(t)",
+    "copy_into": "c.ops.shape.copy_into(t, t.layout, c.zeros(4, 4))",
+    "load_state_dict_buffer": "m = nn.Module(); m.register_buffer('b', t); m.load_state_dict({'b': c.zeros(4, 4)})",
+    "sgd_step": "c.ops.optim.sgd_step(t, c.ones(4, 4), None, True, 0.1, 0.0, 0.0, False, 0.0)",
+    "adamw_step": "c.ops.optim.adamw_step(t, c.ones(4, 4), c.zeros(4, 4), c.zeros(4, 4), 1, 0.1, 0.9, 0.99, 1e-8, 0.0)",
+}
+
+
+@pytest.mark.parametrize("writer", _WRITERS)
+@pytest.mark.parametrize("source", _SOURCES)
+def test_in_place_writers_refuse_read_only_memory(tmp_path, source, writer):
+    code = textwrap.dedent(f"""
+        import pathlib, numpy as np, candle_api as c
+        from candle_api import nn
+        tmp = pathlib.Path({str(tmp_path)!r})
+        {_SOURCES[source]}
+        before = t.numpy().copy()
+        try:
+            {_WRITERS[writer]}
+        except c.ReadOnlyError as exc:
+            assert "read-only" in str(exc) and "copy" in str(exc), exc
+            print("refused")
+        assert (t.numpy() == before).all(), "the read-only memory changed"
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"rc {proc.returncode}: {proc.stderr[-2000:]}"
+    assert proc.stdout.strip() == "refused"
+
+
+def test_a_copy_of_read_only_memory_is_writable():
+    a = np.ones(4, np.float32)
+    a.flags.writeable = False
+    t = c.from_numpy(a).copy()
+    nn.init.zeros_(t)
+    assert t.numpy().tolist() == [0.0] * 4 and a.tolist() == [1.0] * 4
+
+
+# ---- f16 and bf16 means (finding 5) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_mean_and_var_accumulate_in_f32(dtype):
+    x = c.ones(100000, dtype=dtype)
+    assert x.mean_all().item() == 1.0
+    assert x.mean(0).dtype == dtype
+    assert x.var(0).item() == 0.0
+    y = c.Tensor(np.arange(70000) % 3, dtype=dtype)
+    assert y.mean_all().item() == pytest.approx(1.0, rel=1e-2)
+    assert y.var(0).item() == pytest.approx(np.var(np.arange(70000) % 3, ddof=1), rel=1e-2)
+
+
+# ---- tensor creation follows the cast rules (finding 8) ----------------------------------------
+
+
+def test_float_data_into_integers_saturates_as_casts_do():
+    assert c.tensor([float("nan"), 1e30, -1e30, 2.7, -2.7], dtype="i64").numpy().tolist() == [
+        0, 2**63 - 1, -2**63, 2, -2]
+    assert c.tensor([float("nan"), 300.0, -5.0], dtype="u8").numpy().tolist() == [0, 255, 0]
+    assert c.full((2,), float("nan"), dtype="i64").numpy().tolist() == [0, 0]
+    assert c.full((1,), 1e10, dtype="i32").numpy().tolist() == [2**31 - 1]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: c.tensor([300], dtype="u8"),
+    lambda: c.tensor([-1], dtype="u32"),
+    lambda: c.tensor([[1, 2**40]], dtype="i32"),
+    lambda: c.full((1,), 300, dtype="u8"),
+    lambda: c.full((2,), -1, dtype="u32"),
+])
+def test_integers_that_do_not_fit_are_refused(make):
+    with pytest.raises(c.DTypeError, match="does not fit"):
+        make()
+
+
+# ---- clamp with min > max (finding 9) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "f16", "i32", "u8"])
+def test_clamp_with_min_above_max_gives_max(dtype):
+    x = c.Tensor([0, 5, 3], dtype=dtype)
+    assert x.clamp(2, 1).numpy().tolist() == [1, 1, 1]
+
+
+# ---- errors that are candle errors (finding 14) -------------------------------------------------
+
+
+@pytest.mark.parametrize("args,what", [((0, 2**62), "too many"), ((0.0, float("nan"), 1.0), "finite"),
+                                       ((0.0, float("inf")), "finite"), ((0, 10, float("nan")), "finite")])
+def test_arange_refuses_sizes_and_bounds_it_cannot_make(args, what):
+    with pytest.raises(c.CandleError, match=what):
+        c.arange(*args)
+
+
+@pytest.mark.parametrize("n", [0, -1, 2**32 + 2, 10**6])
+def test_set_num_threads_refuses_counts_it_cannot_honour(n):
+    before = c.utils.get_num_threads()
+    with pytest.raises(c.CandleError, match="threads"):
+        c.utils.set_num_threads(n)
+    assert c.utils.get_num_threads() == before
