@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
+
+from candle_api.errors import CandleError
 
 EMBED_HELP = """Sentence embeddings with a BERT-family model (mean pooling, L2 normalized).
 Prints the cosine similarity of every pair of texts; --json prints the vectors.
@@ -53,12 +57,31 @@ def register(sub) -> None:
 
 
 def _embed(args) -> int:
-    from .embed_command import main
-
-    return main(args)
+    return _run("embed_command", args)
 
 
 def _generate(args) -> int:
-    from .generate_command import main
+    return _run("generate_command", args)
 
-    return main(args)
+
+def _run(module: str, args) -> int:
+    """Runs the ``main`` of a subcommand's module: whatever fails ends as one line on stderr and
+    status 1 (130 on Ctrl-C), never a traceback."""
+    try:
+        return importlib.import_module(f".{module}", __package__).main(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # MemoryError included: a command line answers any failure in one line
+        print(f"candle {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: Exception) -> str:
+    """The error's message, on one line; the exception's type too where the message may not say
+    what kind of failure it is."""
+    text = str(exc).replace("\n", " ")
+    if isinstance(exc, MemoryError):
+        return f"out of memory ({text})" if text else "out of memory"
+    if isinstance(exc, (CandleError, ValueError, OSError)) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,12 +1,12 @@
 """``candle embed``: sentence embeddings and the cosine similarity of every
-pair of texts, or the vectors as JSON (see ``candle embed --help``)."""
+pair of texts, or the vectors as JSON (see ``candle embed --help``; cli.py
+reports the errors raised here)."""
 
 from __future__ import annotations
 
 import json
-import sys
 
-from candle_api.errors import CandleError
+from candle_api.errors import ArgumentError
 
 from .hub import default_model
 from .sentence import SentenceEmbedder, l2_normalize
@@ -25,16 +25,12 @@ def similarity_table(texts, vectors) -> str:
 
 
 def main(args) -> int:
-    try:
-        if args.batch_size < 1:
-            raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
-        model = args.model if args.model is not None else default_model("embed")
-        embedder = SentenceEmbedder.from_pretrained(model, device=args.device, progress=True)
-        vectors = embedder.embed(args.texts, batch_size=args.batch_size, normalize=not args.no_normalize,
-                                 progress=True)
-    except (CandleError, OSError, ValueError) as exc:
-        print(f"candle embed: {exc}", file=sys.stderr)
-        return 1
+    if args.batch_size < 1:
+        raise ArgumentError(f"--batch-size must be at least 1, got {args.batch_size}")
+    model = args.model if args.model is not None else default_model("embed")
+    embedder = SentenceEmbedder.from_pretrained(model, device=args.device, progress=True)
+    vectors = embedder.embed(args.texts, batch_size=args.batch_size, normalize=not args.no_normalize,
+                             progress=True)
     if args.json:
         print(json.dumps(dict(zip(args.texts, vectors.numpy().tolist()))))
     else:

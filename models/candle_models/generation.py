@@ -5,6 +5,8 @@ pieces, as they are produced."""
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -12,6 +14,22 @@ from typing import Iterator
 import numpy as np
 
 import candle_api as c
+from candle_api.errors import ArgumentError
+
+from .tokenizer import check_text
+
+#: Cache positions reserved for the first generated tokens; the cache doubles when they run out, so its
+#: memory follows the tokens generated, however many more max_new_tokens allows.
+FIRST_TOKENS_CAPACITY = 256
+
+
+def _check_number(name: str, value, valid, requirement: str, integer: bool = False) -> None:
+    """An ArgumentError naming ``value`` unless it is a finite real number (an integer when
+    ``integer``; bools are neither) for which ``valid(value)`` holds. NaN fails every comparison,
+    so a range check alone lets it through."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Integral if integer else numbers.Real)
+            or not (integer or math.isfinite(value)) or not valid(value)):
+        raise ArgumentError(f"{name} must be {requirement}, got {value!r}")
 
 
 class Sampler:
@@ -28,17 +46,16 @@ class Sampler:
 
     def __init__(self, temperature: float | None = 0.0, top_k: int | None = None, top_p: float | None = None,
                  repeat_penalty: float = 1.0, repeat_last_n: int = 64, seed: int = 299792458):
-        if temperature is not None and temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if top_k is not None and top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
-        if top_p is not None and not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        if repeat_penalty <= 0:
-            raise ValueError(f"repeat_penalty must be > 0, got {repeat_penalty}")
-        if repeat_last_n < 0:
-            raise ValueError(f"repeat_last_n must be >= 0, got {repeat_last_n}")
-        self.temperature, self.top_k, self.top_p = temperature or 0.0, top_k, top_p
+        if temperature is not None:
+            _check_number("temperature", temperature, lambda t: t >= 0, "a finite number >= 0")
+        if top_k is not None:
+            _check_number("top_k", top_k, lambda k: k >= 1, "an integer >= 1", integer=True)
+        if top_p is not None:
+            _check_number("top_p", top_p, lambda p: 0 < p <= 1, "a number in (0, 1]")
+        _check_number("repeat_penalty", repeat_penalty, lambda r: r > 0, "a finite number > 0")
+        _check_number("repeat_last_n", repeat_last_n, lambda n: n >= 0, "an integer >= 0", integer=True)
+        _check_number("seed", seed, lambda s: s >= 0, "an integer >= 0", integer=True)  # PCG64 takes no negative seed
+        self.temperature, self.top_k, self.top_p = float(temperature or 0.0), top_k, top_p
         self.repeat_penalty, self.repeat_last_n = repeat_penalty, repeat_last_n
         self.rng = np.random.Generator(np.random.PCG64(seed))
 
@@ -88,7 +105,7 @@ class GenerationStats:
     generated_tokens: int = 0
     decode_steps: int = 0  # forwards of one token each (the first token comes from the prompt's)
     decode_seconds: float = 0.0
-    finish_reason: str | None = None  # "stop" (a stop token) or "length" (max_new_tokens)
+    finish_reason: str | None = None  # "stop" (a stop token), "length" (max_new_tokens) or "context" (it is full)
 
     @property
     def prompt_tokens_per_second(self) -> float:
@@ -103,12 +120,13 @@ class GenerationStats:
 def generate_ids(model, prompt_ids, max_new_tokens: int = 128, sampler: Sampler | None = None,
                  stop_token_ids=(), stats: GenerationStats | None = None) -> Iterator[int]:
     """Yields up to ``max_new_tokens`` token ids after ``prompt_ids``, as each
-    is produced; a stop token ends the generation and is not yielded."""
+    is produced; a stop token ends the generation and is not yielded. It
+    also ends when the model's context is full: the last token yielded is
+    the one predicted at the context's last position."""
     prompt_ids = [int(i) for i in prompt_ids]
     if not prompt_ids:
         raise ValueError("the prompt is empty: generation needs at least one token to start from")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    _check_number("max_new_tokens", max_new_tokens, lambda n: n >= 0, "an integer >= 0", integer=True)
     sampler = sampler or Sampler()
     stats = stats if stats is not None else GenerationStats()
     stats.prompt_tokens = len(prompt_ids)
@@ -119,7 +137,7 @@ def generate_ids(model, prompt_ids, max_new_tokens: int = 128, sampler: Sampler 
         return
     with c.no_grad():
         start = time.perf_counter()
-        cache = model.new_cache(capacity=len(prompt_ids) + max_new_tokens)
+        cache = model.new_cache(capacity=len(prompt_ids) + min(max_new_tokens, FIRST_TOKENS_CAPACITY))
         token = sampler.sample(model([prompt_ids], cache, last_only=True)[0, 0], history)
         stats.prompt_seconds = time.perf_counter() - start
         while True:
@@ -131,6 +149,9 @@ def generate_ids(model, prompt_ids, max_new_tokens: int = 128, sampler: Sampler 
             yield token
             if stats.generated_tokens == max_new_tokens:
                 stats.finish_reason = "length"
+                return
+            if cache.length == cache.max_length:  # no position left to feed the token back at
+                stats.finish_reason = "context"
                 return
             start = time.perf_counter()  # the consumer's time between tokens is not the model's
             token = sampler.sample(model([[token]], cache, last_only=True)[0, 0], history)
@@ -146,6 +167,9 @@ def generate(model, tokenizer, prompt: str, max_new_tokens: int = 128, sampler: 
     With ``chat`` the prompt goes through the tokenizer's chat template (with
     ``system`` as the system message); it stops at the tokenizer's stop
     tokens unless ``stop_token_ids`` says otherwise."""
+    check_text(prompt, "prompt")
+    if system is not None:
+        check_text(system, "system")
     if chat:
         prompt_ids = tokenizer.encode_chat(prompt, system)
     else:

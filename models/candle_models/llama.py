@@ -1,6 +1,6 @@
 """The Llama family (Llama 2/3, Mistral, Qwen2, SmolLM2) through one code
 path, as candle-transformers' ``llama.rs``: RMSNorm, rotary embeddings,
-grouped-query attention with a preallocated KV cache, a SwiGLU MLP.
+grouped-query attention with a KV cache grown as positions come, a SwiGLU MLP.
 
 The variants differ only in configuration: Qwen2 has q/k/v biases, Mistral
 and Qwen2 may use a sliding attention window, small models tie the output
@@ -17,6 +17,7 @@ import numpy as np
 import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
+from candle_api.errors import ArgumentError
 from candle_api.ops.shape import copy_into
 
 from .rope import ROPE_TYPES, RotaryEmbedding
@@ -81,6 +82,14 @@ class LlamaConfig:
         except KeyError as exc:
             raise ValueError(f"the config has no {exc.args[0]!r}") from None
 
+    @property
+    def context_length(self) -> int:
+        """Positions the model takes at most: max_position_embeddings, times the factor of dynamic NTK
+        scaling, whose point is to run past max_position_embeddings (the length its scaling starts at)."""
+        if (self.rope_scaling or {}).get("rope_type") == "dynamic":
+            return int(self.max_position_embeddings * self.rope_scaling["factor"])
+        return self.max_position_embeddings
+
 
 def _sliding_windows(cfg: dict, model_type: str, layers: int) -> tuple:
     """Mistral slides every layer; Qwen2 the layers its layer_types (or
@@ -99,10 +108,13 @@ def _sliding_windows(cfg: dict, model_type: str, layers: int) -> tuple:
 class KVCache:
     """Keys and values of every layer, (batch, kv_heads, capacity, head_dim)
     buffers written in place: a decoding step copies one position per layer
-    instead of concatenating the whole cache. Grows by doubling."""
+    instead of concatenating the whole cache. Grows by doubling, so memory
+    follows the positions cached, up to ``max_length`` (the model's context
+    length), which it never passes."""
 
     def __init__(self, config: LlamaConfig, batch: int = 1, capacity: int = 256, dtype="f32", device="cpu"):
-        self.shape = (batch, config.num_key_value_heads, max(capacity, 1), config.head_dim)
+        self.max_length = config.context_length
+        self.shape = (batch, config.num_key_value_heads, min(max(capacity, 1), self.max_length), config.head_dim)
         self.dtype, self.device = dtype, device
         self.keys = [c.zeros(self.shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
         self.values = [c.zeros(self.shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
@@ -110,7 +122,7 @@ class KVCache:
 
     def _grow(self, needed: int) -> None:
         b, h, cap, d = self.shape
-        self.shape = (b, h, max(needed, 2 * cap), d)
+        self.shape = (b, h, max(needed, min(2 * cap, self.max_length)), d)
         for buffers in (self.keys, self.values):
             for i, old in enumerate(buffers):
                 new = c.zeros(self.shape, dtype=self.dtype, device=self.device)
@@ -280,12 +292,16 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids, cache: KVCache | None = None, last_only: bool = False) -> c.Tensor:
         """Logits for ``input_ids`` (batch, seq) of integer ids; ``last_only``
         computes them for the last position only (batch, 1, vocab), all
-        that generating the next token needs."""
+        that generating the next token needs. The cached positions and the
+        new ones make at most ``config.context_length``."""
         ids = input_ids if isinstance(input_ids, c.Tensor) else c.tensor(input_ids, dtype="u32", device=self.device)
         if ids.rank != 2:
             raise ValueError(f"input_ids must be (batch, seq), got shape {ids.shape}")
         b, t = ids.shape
         offset = cache.length if cache is not None else 0
+        if offset + t > self.config.context_length:
+            raise ArgumentError(f"{offset + t} positions ({offset} cached + {t} new) exceed the model's "
+                                f"context length of {self.config.context_length}")
         cos, sin = self.rotary.cos_sin(offset, t)
         x = self.embed(ids)
         masks = {}  # the attention masks this forward needs, one per window, shared by the layers

@@ -18,6 +18,7 @@ from .bert import PREFIXES, BertConfig, BertModel
 from .distilbert import DistilBertConfig, DistilBertModel
 from .pretrained import load_folder
 from .progress import Progress
+from .tokenizer import check_text
 
 #: model_type -> (config class, encoder class)
 ENCODERS = {**{t: (BertConfig, BertModel) for t in PREFIXES}, "distilbert": (DistilBertConfig, DistilBertModel)}
@@ -132,7 +133,12 @@ class SentenceEmbedder:
 
     def tokenize(self, texts) -> tuple[np.ndarray, np.ndarray]:
         """Token ids and attention mask (batch, longest text), padded on the right."""
-        return self._pad([e.ids for e in self.tokenizer.encode_batch(list(texts))])
+        return self._pad(self._encode(texts))
+
+    def _encode(self, texts) -> list[list[int]]:
+        """The token ids of each text (truncated to the model's max_seq_length)."""
+        texts = [check_text(text, f"texts[{i}]") for i, text in enumerate(texts)]
+        return [e.ids for e in self.tokenizer.encode_batch(texts)]
 
     def _pad(self, sequences) -> tuple[np.ndarray, np.ndarray]:
         longest = max(len(s) for s in sequences)
@@ -153,7 +159,7 @@ class SentenceEmbedder:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if not texts:
             return c.zeros((0, self.dimension))
-        sequences = [e.ids for e in self.tokenizer.encode_batch(list(texts))]
+        sequences = self._encode(texts)
         order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))
         device = self.model.embeddings.word_embeddings.weight.device
         chunks = []

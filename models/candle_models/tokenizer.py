@@ -14,7 +14,7 @@ from pathlib import Path
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
 
-from candle_api.errors import FormatError
+from candle_api.errors import ArgumentError, FormatError
 
 # llama.cpp's pre-tokenizer splits (llama-vocab.cpp), by tokenizer.ggml.pre. Byte-level BPE vocabularies
 # were learned on text cut this way; the byte-level step after them maps bytes to the vocabulary's alphabet.
@@ -114,6 +114,24 @@ def tokenizer_from_gguf(metadata: Mapping) -> tokenizers.Tokenizer:
                                                            pair=f"{tokens[bos]} $A $B",
                                                            special_tokens=[(tokens[bos], bos)])
     return tok
+
+
+def check_text(text: str, name: str) -> str:
+    """``text``, if UTF-8 can encode it; else an ArgumentError naming ``name``. Python decodes bytes
+    that are not UTF-8 (in argv, through os.fsdecode or errors="surrogateescape") to lone
+    surrogates, which the tokenizers library refuses with a bare TypeError."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, got {type(text).__name__}")
+    if text.isascii():  # O(1): a str knows whether it is all ASCII
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        what = (f"the byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF
+                else f"a lone surrogate U+{code:04X}")
+        raise ArgumentError(f"{name} is not UTF-8: character {exc.start} is {what}") from None
+    return text
 
 
 # ---- chat templates -----------------------------------------------------------------------------
@@ -226,7 +244,7 @@ class Tokenizer:
         return self.inner.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self.inner.encode(text, add_special_tokens=add_special_tokens).ids
+        return self.inner.encode(check_text(text, "text"), add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         return self.inner.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 from candle_api.cli import main
 from candle_models import ModelNotFoundError, default_model
 from candle_models.cli import register
+from candle_models.sentence import SentenceEmbedder
 
 TINY = Path(__file__).parent / "fixtures" / "tiny_bert"
 TEXTS = ["This is a test sentence.", "A cat sits on the mat.", "The feline rests on the rug."]
@@ -95,3 +98,20 @@ def test_folder_without_tokenizer_is_a_clear_error(capsys):
 def test_bad_batch_size(capsys):
     code, _, err = embed(capsys, "--batch-size", "0", "hello")
     assert code == 1 and "--batch-size must be at least 1" in err
+
+
+def test_text_that_is_not_utf8_is_a_one_line_error():
+    """Python decodes argv bytes that are not UTF-8 to lone surrogates, which the tokenizers library
+    rejected with a TypeError traceback."""
+    done = subprocess.run([sys.executable, "-m", "candle_api.cli", "embed", "fine", b"\xff\xfeabc"],
+                          capture_output=True, timeout=120)
+    assert (done.returncode, done.stdout) == (1, b"")
+    assert done.stderr == b"candle embed: error: texts[1] is not UTF-8: character 0 is the byte 0xff\n"
+
+
+def test_any_failure_is_one_line(capsys, monkeypatch):
+    def fail(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(SentenceEmbedder, "from_pretrained", fail)
+    assert embed(capsys, "hello") == (1, "", "candle embed: error: out of memory\n")

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from candle_api.cli import main
+from candle_api.errors import ArgumentError
 from candle_models import ModelNotFoundError, default_model
-from candle_models.generation import GenerationStats, Sampler, generate_ids
+from candle_models.generation import GenerationStats, Sampler, generate, generate_ids
 from candle_models.llama import LlamaForCausalLM
 from candle_models.tokenizer import Tokenizer
 
@@ -72,6 +78,18 @@ def test_bad_sampler_settings_are_named(kwargs, message):
         Sampler(**kwargs)
 
 
+@pytest.mark.parametrize("name, value", [
+    ("temperature", float("nan")), ("temperature", float("inf")), ("temperature", np.float32("nan")),
+    ("temperature", "0.7"), ("top_k", -1), ("top_k", 2.5), ("top_k", True), ("top_p", float("nan")),
+    ("top_p", float("inf")), ("repeat_penalty", float("nan")), ("repeat_penalty", float("inf")),
+    ("repeat_penalty", -1.0), ("repeat_last_n", 1.5), ("seed", -1), ("seed", 1.5), ("seed", "1"),
+])
+def test_non_finite_and_mistyped_sampler_settings_are_argument_errors(name, value):
+    """NaN fails every comparison, so `x < 0` checks let it through to the softmax, which sampled garbage."""
+    with pytest.raises(ArgumentError, match=f"^{name} must be .*, got {re.escape(repr(value))}$"):
+        Sampler(**{name: value})
+
+
 # ---- generating ids ----------------------------------------------------------------------------------
 
 def test_sampled_generation_is_reproducible_per_seed(tiny):
@@ -102,6 +120,42 @@ def test_generation_argument_errors(tiny):
     with pytest.raises(ValueError, match="max_new_tokens"):
         list(generate_ids(tiny, [1], -1))
     assert list(generate_ids(tiny, [1], 0)) == []
+
+
+def test_the_cache_grows_with_the_tokens_not_with_max_new_tokens(tiny, monkeypatch):
+    """max_new_tokens is a bound, not a size: the cache holds the tokens generated so far (at most twice
+    that, as it doubles), however many more were allowed. It used to be allocated for all of them."""
+    monkeypatch.setattr(tiny, "config", dataclasses.replace(tiny.config, max_position_embeddings=10**12))
+    caches, new_cache = [], tiny.new_cache
+    monkeypatch.setattr(tiny, "new_cache", lambda **kw: caches.append(new_cache(**kw)) or caches[-1])
+    tokens = list(itertools.islice(generate_ids(tiny, [1, 2, 3], 10**12), 300))
+    assert len(tokens) == 300
+    (cache,) = caches
+    assert cache.length == 3 + 299 < cache.shape[2] <= 2 * cache.length
+
+
+def test_generation_stops_when_the_context_is_full(tiny):
+    """tiny_llama3's context is 128 positions: the prompt's 3, then 125 generated tokens fed back; the
+    last token, predicted at position 127, has no position left to be fed at."""
+    stats = GenerationStats()
+    tokens = list(generate_ids(tiny, [1, 2, 3], 10**12, stats=stats))
+    assert len(tokens) == stats.generated_tokens == 128 - 3 + 1
+    assert stats.finish_reason == "context"
+    with pytest.raises(ArgumentError, match="129 positions .* context length of 128"):
+        list(generate_ids(tiny, list(range(1, 96)) + list(range(1, 35)), 1))
+
+
+def test_text_that_is_not_unicode_is_named(tiny, tmp_path):
+    """Python decodes bytes that are not UTF-8 (in argv, with os.fsdecode) to lone surrogates, which the
+    tokenizers library rejects with a bare TypeError."""
+    char_tokenizer(tmp_path / "tokenizer.json")
+    tokenizer = Tokenizer.from_folder(tmp_path)
+    with pytest.raises(ArgumentError, match=r"^text is not UTF-8: character 2 is the byte 0xff"):
+        tokenizer.encode("ab\udcffc")
+    with pytest.raises(ArgumentError, match=r"^prompt is not UTF-8: character 0 is the byte 0xfe"):
+        next(generate(tiny, tokenizer, "\udcfeabc", chat=False))
+    with pytest.raises(ArgumentError, match=r"^system is not UTF-8: character 1 is a lone surrogate U\+D800"):
+        next(generate(tiny, tokenizer, "hi", system="a\ud800"))
 
 
 # ---- streaming text ----------------------------------------------------------------------------------
@@ -163,11 +217,18 @@ def char_tokenizer(path: Path) -> None:
     tok.save(str(path))
 
 
-def test_cli_raw_prompt_on_a_safetensors_folder(capsys, tmp_path):
-    folder = tmp_path / "model"
-    folder.mkdir()
+def tiny_model_folder(path: Path, tokenizer: bool = True) -> Path:
+    """tiny_llama3's files in a folder of their own, with the character tokenizer unless told not to."""
+    path.mkdir()
     for f in (FIXTURES / "tiny_llama3").iterdir():
-        (folder / f.name).symlink_to(f)
+        (path / f.name).symlink_to(f)
+    if tokenizer:
+        char_tokenizer(path / "tokenizer.json")
+    return path
+
+
+def test_cli_raw_prompt_on_a_safetensors_folder(capsys, tmp_path):
+    folder = tiny_model_folder(tmp_path / "model", tokenizer=False)
     code, _, err = generate_cli(capsys, "--model", str(folder), "--raw", "hello")
     assert code == 1 and "tokenizer.json" in err
     char_tokenizer(folder / "tokenizer.json")
@@ -192,6 +253,29 @@ def test_cli_errors_are_one_line(capsys, tmp_path):
     assert code == 1 and "temperature" in err
 
 
+def test_cli_generates_up_to_the_context_whatever_max_tokens_allows(capsys, tmp_path):
+    """--max-tokens is how many tokens at most, so a huge one asks for no limit: the answer runs to a stop
+    token or, here, the end of the context (128 positions: "hello" and 124 tokens; greedy decoding of
+    this model never meets its EOS). It used to allocate the cache for all 10**12 tokens up front and
+    end in a MemoryError traceback."""
+    folder = tiny_model_folder(tmp_path / "model")
+    code, out, err = generate_cli(capsys, "--model", str(folder), "--raw", "--temperature", "0",
+                                  "--max-tokens", str(10**12), "hello")
+    assert code == 0 and len(out) == 128 - 5 + 1 + 1
+    assert "124 tokens generated" in err and err.endswith("(context)\n")
+
+
+@pytest.mark.parametrize("option", ["--temperature", "--top-p", "--repeat-penalty"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_cli_refuses_non_finite_sampler_settings(capsys, tmp_path, option, value):
+    folder = tiny_model_folder(tmp_path / "model")
+    code, out, err = generate_cli(capsys, "--model", str(folder), "--raw", "--max-tokens", "2", option, value, "hi")
+    name = option[2:].replace("-", "_")
+    assert (code, out) == (1, "")
+    assert err.startswith(f"candle generate: error: {name} must be ") and err.endswith(f", got {value}\n")
+    assert err.count("\n") == 1
+
+
 def test_cli_help_explains_every_option(capsys):
     with pytest.raises(SystemExit):
         main(["generate", "--help"])
@@ -199,3 +283,29 @@ def test_cli_help_explains_every_option(capsys):
     for option in ("--model", "--max-tokens", "--temperature", "--top-k", "--top-p", "--repeat-penalty",
                    "--repeat-last-n", "--seed", "--raw", "--system", "--device", "--dtype"):
         assert option in out
+
+
+def candle_subprocess(*argv) -> subprocess.CompletedProcess:
+    """The candle command in a process of its own: argv may hold bytes, as a shell passes them."""
+    return subprocess.run([sys.executable, "-m", "candle_api.cli", *argv], capture_output=True, timeout=120)
+
+
+def test_cli_prompt_that_is_not_utf8_is_a_one_line_error(tmp_path):
+    folder = tiny_model_folder(tmp_path / "model")
+    done = candle_subprocess("generate", "--model", str(folder), "--raw", b"\xff\xfeabc")
+    assert (done.returncode, done.stdout) == (1, b"")
+    assert done.stderr == b"candle generate: error: prompt is not UTF-8: character 0 is the byte 0xff\n"
+
+
+@pytest.mark.parametrize("exc, message", [
+    (MemoryError("cannot allocate 768000000023808 bytes"), "out of memory (cannot allocate 768000000023808 bytes)"),
+    (MemoryError(), "out of memory"),
+    (RuntimeError("a kernel failed"), "RuntimeError: a kernel failed"),
+])
+def test_cli_turns_any_failure_into_one_line(capsys, monkeypatch, exc, message):
+    def fail(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(LlamaForCausalLM, "from_pretrained", fail)
+    code, out, err = generate_cli(capsys, "--max-tokens", "2", "hi")
+    assert (code, out, err) == (1, "", f"candle generate: error: {message}\n")

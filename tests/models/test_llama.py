@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import candle_api as c
+from candle_api.errors import ArgumentError
 from candle_models import ModelNotFoundError, default_model
 from candle_models.generation import Sampler, generate, generate_ids
 from candle_models.llama import LlamaConfig, LlamaForCausalLM
@@ -75,6 +76,31 @@ def test_kv_cache_steps_match_the_full_forward(name):
             steps.append(model(c.from_numpy(ids[:, t:t + 1].astype(np.uint32)), cache).numpy())
     assert cache.length == ids.shape[1]
     np.testing.assert_allclose(np.concatenate(steps, axis=1), expected, rtol=0, atol=TOL)
+
+
+def test_the_cache_doubles_up_to_the_context_length():
+    """Capacity 4, then one position at a time: 8, 16 ... up to tiny_llama3's context (128 positions),
+    never past it; a position past the context is refused before anything is computed or grown."""
+    model = LlamaForCausalLM.from_pretrained(FIXTURES / "tiny_llama3")
+    cache = model.new_cache(capacity=4)
+    capacities = set()
+    with c.no_grad():
+        for i in range(128):
+            model([[1 + i % 95]], cache, last_only=True)
+            capacities.add(cache.shape[2])
+        assert (cache.length, sorted(capacities)) == (128, [4, 8, 16, 32, 64, 128])
+        with pytest.raises(ArgumentError, match=r"^129 positions \(128 cached \+ 1 new\) exceed the model's "
+                                                r"context length of 128$"):
+            model([[1]], cache)
+        assert (cache.length, cache.shape[2]) == (128, 128)
+        with pytest.raises(ArgumentError, match="129 positions"):
+            model([[1] * 129])  # a full forward has the same bound
+
+
+def test_context_length_is_max_position_embeddings_or_what_dynamic_scaling_extends_it_to():
+    assert LlamaConfig.from_dict(_config()).context_length == 128
+    dynamic = json.loads((FIXTURES / "tiny_llama_dynamic" / "config.json").read_text())
+    assert LlamaConfig.from_dict(dynamic).context_length == 8 * 2  # max_position_embeddings 8, factor 2
 
 
 def test_last_only_gives_the_last_position():

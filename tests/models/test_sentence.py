@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import candle_api as c
+from candle_api.errors import ArgumentError
 from candle_models import ModelNotFoundError, default_model
 from candle_models.sentence import SentenceEmbedder, pool, pooling_modes
 
@@ -107,6 +108,14 @@ def test_empty_input_and_bad_batch_size(embedder):
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
+
+
+def test_text_that_is_not_unicode_is_named(embedder):
+    """A lone surrogate (what Python decodes bytes that are not UTF-8 to) reached the tokenizers library,
+    which raised a bare TypeError."""
+    for call in (embedder.embed, embedder.tokenize):
+        with pytest.raises(ArgumentError, match=r"^texts\[1\] is not UTF-8: character 3 is the byte 0x80"):
+            call(["fine", "abc\udc80"])
 
 
 def test_progress_bars_on_a_terminal(minilm_folder, monkeypatch):
