@@ -83,7 +83,10 @@ class FormatSpec:
     bytes (``head``, up to :data:`candle_api.io.HEAD_BYTES`; it may look into
     the file, e.g. a zip directory). Formats claiming a file by its magic bytes
     win over those matching its extension only. ``load(path)`` returns a
-    :class:`candle_api.io.TensorFile`; ``save(tensors, path, metadata)``
+    :class:`candle_api.io.TensorFile` (``load(path, mmap=False)``, asked only
+    when the caller wants it, reads the file into memory instead of mapping
+    it; open files with :func:`candle_api.io.open_regular`, which refuses
+    FIFOs and devices); ``save(tensors, path, metadata)``
     writes a mapping of names to tensors. A malformed file raises
     :class:`candle_api.errors.FormatError`, never anything else.
     """

@@ -9,9 +9,10 @@ lists the installed format plugins.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 from .errors import FormatError
 from .hooks import FormatSpec
@@ -19,6 +20,8 @@ from .registry import registry
 
 #: How many leading bytes a format's ``sniff`` receives.
 HEAD_BYTES = 4096
+#: What a path that is not a regular file is, by its ``ls -l`` letter.
+_NOT_REGULAR = {"d": "a directory", "p": "a FIFO", "s": "a socket", "c": "a character device", "b": "a block device"}
 
 
 class TensorFile(Mapping):
@@ -79,14 +82,28 @@ def _by_name(name: str, need: str) -> FormatSpec:
     raise FormatError(name, None, f"no installed format {name!r} can {need} (installed formats: {_installed()})")
 
 
+def open_regular(path: str | os.PathLike) -> BinaryIO:
+    """``path`` opened for reading, or FormatError unless it is a regular
+    file: reading a FIFO or a device would block or never end. The open does
+    not block (O_NONBLOCK, which regular files ignore) and the check is made
+    on the open file, so a FIFO swapped in meanwhile is refused too."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise FormatError(path, None, f"cannot open: {getattr(exc, 'strerror', None) or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = _NOT_REGULAR.get(stat.filemode(mode)[0], "an unknown kind of file")
+        raise FormatError(path, None, f"cannot read: {kind}, not a regular file")
+    return os.fdopen(fd, "rb")
+
+
 def format_for(path: str | os.PathLike) -> FormatSpec:
     """The format that reads ``path``: magic bytes first, extension second."""
     path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            head = f.read(HEAD_BYTES)
-    except OSError as exc:
-        raise FormatError(path, None, f"cannot open: {exc.strerror or exc}") from None
+    with open_regular(path) as f:
+        head = f.read(HEAD_BYTES)
     readers = [spec for spec, _ in formats() if spec.load is not None]
     for spec in readers:
         if spec.sniff is not None and spec.sniff(head, path):
@@ -98,13 +115,18 @@ def format_for(path: str | os.PathLike) -> FormatSpec:
     raise FormatError(path, 0, f"no installed format recognizes this file (installed formats: {_installed()})")
 
 
-def load(path: str | os.PathLike, device=None, dtype=None, format: str | None = None) -> TensorFile:
+def load(path: str | os.PathLike, device=None, dtype=None, format: str | None = None,
+         mmap: bool = True) -> TensorFile:
     """Reads a tensor file: a lazy name -> Tensor mapping (quantized GGUF
     tensors stay QTensor). ``device`` and ``dtype`` convert each tensor as it
     is read; on cpu with no conversion, formats that can map the file share
-    its memory instead of copying."""
+    its memory instead of copying. A mapped file must not shrink while its
+    tensors live (another program truncating it kills the process with
+    SIGBUS when a lost page is read): ``mmap=False`` reads the file into
+    memory when it is loaded instead, for files other programs may rewrite."""
     spec = _by_name(format, "load") if format else format_for(path)
-    tensors = spec.load(Path(path))
+    # plugins older than the option keep working with the default
+    tensors = spec.load(Path(path)) if mmap else spec.load(Path(path), mmap=False)
     if device is None and dtype is None:
         return tensors
     from .device import get_device

@@ -16,7 +16,8 @@ from __future__ import annotations
 from importlib import metadata
 
 GROUP = "candle_api.onnx"
-NAMES = ("ONNXModel", "InferenceSession", "TensorDescription", "NodeError", "UnsupportedNodeError", "supported_ops")
+NAMES = ("ONNXModel", "InferenceSession", "TensorDescription", "NodeError", "UnsupportedNodeError", "supported_ops",
+         "RunOptions", "RunInterruptedError")
 _INSTALL = "pip install 'candle-formats[onnx]'  (installs an ONNX evaluator plugin and the onnx package)"
 
 

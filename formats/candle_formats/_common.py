@@ -1,28 +1,38 @@
-"""What the format plugins share: a read-only memory map that hands out
-bounds-checked zero-copy arrays, shape checks, the rule mapping dtypes that
-candle-api lacks onto ones it has, and writing files atomically.
+"""What the format plugins share: a read-only memory map (or an in-memory
+copy) that hands out bounds-checked zero-copy arrays, zip members, shape
+checks, the rule mapping dtypes that candle-api lacks onto ones it has, and
+writing files atomically.
 
-Everything here turns a malformed file into ``FormatError(path, offset, reason)``.
+Everything here turns a malformed file into ``FormatError(path, offset, reason)``,
+and opens files with ``candle_api.io.open_regular``, which refuses FIFOs and
+devices (reading one would block or never end).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import mmap
 import os
-import threading
+import re
+import secrets
+import struct
+import sys
+import zipfile
+import zlib
 from collections import Counter
 from functools import lru_cache, partial
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Iterator
 
 import ml_dtypes
 import numpy as np
 
 from candle_api.dtype import ALL_DTYPES
 from candle_api.errors import DTypeError, FormatError
-from candle_api.io import TensorFile
+from candle_api.io import TensorFile, open_regular
 from candle_api.layout import MAX_DIMS
 from candle_api.ops.creation import from_numpy
 from candle_api.tensor import Tensor
@@ -69,37 +79,183 @@ def json_object(raw: bytes, path, offset: int, what: str) -> dict:
 
 
 
+def _check_range(path, size: int, offset: int, nbytes: int, what: str) -> None:
+    if offset < 0 or nbytes < 0 or offset + nbytes > size:
+        raise FormatError(path, offset, f"{what}: {nbytes} bytes at offset {offset} run past "
+                                        f"the end of the {size}-byte file")
+
+
+#: Python 3.13+ can map without keeping a duplicate of the file's descriptor
+#: (before, every live map holds one).
+_MAP_OPTIONS = {"trackfd": False} if sys.version_info >= (3, 13) else {}
+
+
+def _map(f: BinaryIO):
+    """The open file mapped read-only (mmap refuses empty files: they are b"")."""
+    if not os.fstat(f.fileno()).st_size:
+        return b""
+    return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ, **_MAP_OPTIONS)
+
+
 class MappedFile:
-    """A whole file mapped read-only. Arrays viewed from it keep the map alive,
-    so it is unmapped when the last tensor sharing it is gone."""
+    """A whole file mapped read-only, or with ``mmap=False`` read into memory
+    once: a map dies with SIGBUS when another program truncates the file, a
+    copy never touches the file again. Arrays viewed from it keep the map (or
+    the copy) alive, so it is released when the last tensor sharing it is gone."""
 
-    def __init__(self, path):
+    def __init__(self, path, mmap: bool = True):
         self.path = str(path)
-        try:
-            with open(path, "rb") as f:
-                self.size = os.fstat(f.fileno()).st_size
-                # mmap refuses empty files; an empty buffer is bounds-checked the same way
-                self._buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.size else b""
-        except OSError as exc:
-            raise FormatError(path, None, f"cannot open: {exc.strerror or exc}") from None
+        with open_regular(path) as f, format_errors(path, None, "cannot read", (OSError, ValueError)):
+            self.buf = _map(f) if mmap else f.read()
+        self.size = len(self.buf)
 
-    def _check(self, offset: int, nbytes: int, what: str) -> None:
-        if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
-            raise FormatError(self.path, offset, f"{what}: {nbytes} bytes at offset {offset} run past "
-                                                 f"the end of the {self.size}-byte file")
+    def stream(self) -> BinaryIO:
+        """A file object over the same bytes: the copy, or the file opened again."""
+        return open_regular(self.path) if isinstance(self.buf, mmap.mmap) else io.BytesIO(self.buf)
 
     def read(self, offset: int, nbytes: int, what: str) -> bytes:
-        self._check(offset, nbytes, what)
-        return bytes(self._buf[offset:offset + nbytes])
+        _check_range(self.path, self.size, offset, nbytes, what)
+        return bytes(self.buf[offset:offset + nbytes])
+
+    def readinto(self, offset: int, out: np.ndarray, what: str) -> None:
+        out[:] = self.array(offset, np.dtype(np.uint8), out.shape, what)
 
     def array(self, offset: int, dtype: np.dtype, shape: tuple, what: str, fortran: bool = False) -> np.ndarray:
         """A read-only view of the file. Data at an offset that is not a multiple
         of the item size is copied instead: kernels expect aligned elements."""
-        self._check(offset, math.prod(shape) * dtype.itemsize, what)
+        _check_range(self.path, self.size, offset, math.prod(shape) * dtype.itemsize, what)
         if 0 in shape:
             return np.empty(shape, dtype)
-        arr = np.ndarray(shape, dtype, buffer=self._buf, offset=offset, order="F" if fortran else "C")
+        arr = np.ndarray(shape, dtype, buffer=self.buf, offset=offset, order="F" if fortran else "C")
         return arr.copy(order="K") if offset % dtype.alignment else arr
+
+
+class FileReader:
+    """Reads a file as MappedFile does, opening it for each read: nothing is
+    mapped, and no descriptor is held between reads (nor kept alive by an
+    exception a caller stores)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        with open_regular(path) as f:
+            self.size = os.fstat(f.fileno()).st_size
+
+    def stream(self) -> BinaryIO:
+        return open_regular(self.path)
+
+    def read(self, offset: int, nbytes: int, what: str) -> bytes:
+        out = np.empty(nbytes, np.uint8)
+        self.readinto(offset, out, what)
+        return out.tobytes()
+
+    def readinto(self, offset: int, out: np.ndarray, what: str) -> None:
+        _check_range(self.path, self.size, offset, out.nbytes, what)
+        with self.stream() as f, format_errors(self.path, offset, what, (OSError,)):
+            f.seek(offset)
+            got = f.readinto(out.data) or 0
+        if got != out.nbytes:
+            raise FormatError(self.path, offset, f"{what}: the file ends after {got} of {out.nbytes} bytes "
+                                                 "(it shrank since it was opened)")
+
+
+def read_whole(path, limit: int, what: str) -> bytes:
+    """The bytes of a file read whole (an index, an ONNX model): at most ``limit``."""
+    with open_regular(path) as f, format_errors(path, None, "cannot read", (OSError,)):
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise FormatError(path, 0, f"{size}-byte {what} exceeds the {limit}-byte limit")
+        return f.read(size)
+
+
+# ---- zip archives (npz, PyTorch's) -----------------------------------------------------------
+#: What zipfile and zlib raise on a corrupt archive (NotImplementedError: zip
+#: features zipfile lacks, such as newer versions, patched data, strong encryption).
+ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, struct.error, OverflowError,
+              NotImplementedError)
+#: deflate's largest expansion ratio: a member claiming more is corrupt.
+MAX_DEFLATE_RATIO = 1032
+_CHUNK = 1 << 24  # bytes inflated at a time, and most bytes one step produces
+
+
+def zip_directory(source: MappedFile | FileReader) -> list[zipfile.ZipInfo]:
+    """The members of the zip archive in ``source`` (only its directory is read:
+    members are read with :func:`zip_member`)."""
+    with source.stream() as stream, format_errors(source.path, None, "not a readable zip archive", ZIP_ERRORS), \
+            zipfile.ZipFile(stream) as zf:
+        return zf.infolist()
+
+
+def check_zip_member(info: zipfile.ZipInfo, file_size: int, path) -> None:
+    """A member we can read: stored or deflated, unencrypted, inside the file,
+    and claiming no more than deflate's largest expansion, so that its size
+    can never make us allocate more than the file could hold."""
+    def bad(reason: str) -> FormatError:
+        return FormatError(path, info.header_offset, f"member {info.filename!r}: {reason}")
+
+    if info.flag_bits & 1:
+        raise bad("is encrypted")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise bad(f"compression method {info.compress_type} is not stored or deflated")
+    if not 0 <= info.header_offset <= info.header_offset + info.compress_size <= file_size:
+        raise bad(f"{info.compress_size} compressed bytes at {info.header_offset} run past the end of the "
+                  f"{file_size}-byte file")
+    ratio = 1 if info.compress_type == zipfile.ZIP_STORED else MAX_DEFLATE_RATIO
+    if info.file_size > info.compress_size * ratio:
+        raise bad(f"claims {info.file_size} bytes from {info.compress_size} compressed bytes")
+
+
+def zip_data_offset(source: MappedFile | FileReader, info: zipfile.ZipInfo) -> int:
+    """Where member ``info``'s data starts: after its local header."""
+    header = source.read(info.header_offset, 30, f"member {info.filename!r}: local header")
+    if header[:4] != b"PK\x03\x04":
+        raise FormatError(source.path, info.header_offset, f"member {info.filename!r} has no local file header")
+    name_size, extra_size = struct.unpack_from("<HH", header, 26)
+    return info.header_offset + 30 + name_size + extra_size
+
+
+def zip_member(source: MappedFile | FileReader, info: zipfile.ZipInfo) -> np.ndarray:
+    """Member ``info`` (checked by :func:`check_zip_member`) as a new writable
+    uint8 array, inflated if deflated; its size and CRC must match the
+    directory's (a member changed since the directory was read fails here)."""
+    what = f"member {info.filename!r}"
+    start = zip_data_offset(source, info)
+    out = np.empty(info.file_size, np.uint8)  # pages are committed only as data arrives
+    if info.compress_type == zipfile.ZIP_STORED:
+        source.readinto(start, out, what)
+        size = info.compress_size
+    else:
+        raw = np.empty(info.compress_size, np.uint8)
+        source.readinto(start, raw, what)
+        size = _inflate(raw, out, source.path, info.header_offset, what)
+    if size != info.file_size or zlib.crc32(out) != info.CRC:
+        raise FormatError(source.path, info.header_offset, f"{what} does not match the size and CRC its "
+                                                           "directory entry gives (corrupt, or changed since)")
+    return out
+
+
+def _inflate(raw: np.ndarray, out: np.ndarray, path, offset: int, what: str) -> int:
+    """Inflates raw deflate data into ``out``; returns how many bytes it holds
+    (one more than ``out`` takes when there is more: inflating stops there)."""
+    pos = 0
+    with format_errors(path, offset, f"{what} does not inflate", (zlib.error,)):
+        for chunk in _inflated(raw):
+            if pos + len(chunk) > out.size:
+                return out.size + 1
+            out[pos:pos + len(chunk)] = np.frombuffer(chunk, np.uint8)
+            pos += len(chunk)
+    return pos
+
+
+def _inflated(raw: np.ndarray) -> Iterator[bytes]:
+    """The output of raw deflate data, in pieces of at most _CHUNK bytes, each
+    from at most _CHUNK bytes of input (zlib copies the input it has not used)."""
+    inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+    for start in range(0, raw.size, _CHUNK):
+        pending = raw[start:start + _CHUNK]
+        while len(pending):
+            yield inflate.decompress(pending, _CHUNK)
+            pending = inflate.unconsumed_tail
+    yield inflate.flush()
 
 
 def check_shape(shape, path, offset: int | None, name: str) -> tuple[int, ...]:
@@ -187,16 +343,43 @@ def tensor_items(tensors, path, refuse: tuple = ()) -> list:
 def atomic_write(path):
     """A file object whose contents replace ``path`` only once fully written:
     a failed save leaves no partial file, and tensors still mapped from the
-    old file keep their data."""
+    old file keep their data. The temporary file, ``.NAME.PID.RANDOM.tmp``
+    beside the target, names its writer, so that the next save of the same
+    path removes those a killed writer left behind."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    _remove_stale_temporaries(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "xb") as f:
             yield f
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Deletes the temporary files of ``path`` whose writer process is gone
+    (never those of a live one: a pid reused since only keeps a stale file)."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.([1-9][0-9]*)\.[0-9a-f]+\.tmp")
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path.parent):
+            found = pattern.fullmatch(entry.name)
+            if found and not _alive(int(found[1])):
+                with contextlib.suppress(OSError):  # another save may have removed it first
+                    os.unlink(entry.path)
+
+
+def _alive(pid: int) -> bool:
+    if os.name != "posix":
+        return True  # Windows' os.kill(pid, 0) would send CTRL_C_EVENT: keep every file
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except PermissionError:
+        return True  # another user's
+    except (ProcessLookupError, OverflowError):
+        return False
+    return True
 
 
 # ---- sharded checkpoints (*.index.json: {"weight_map": {tensor: shard file}, "metadata": {...}}) ----
@@ -218,10 +401,7 @@ def _shard_path(index: Path, file) -> Path:
 def open_sharded_index(path: Path, open_shard, format_name: str) -> TensorFile:
     """A lazy TensorFile over the shards an index names; ``open_shard(path)``
     opens one (on first use of one of its tensors)."""
-    mf = MappedFile(path)
-    if mf.size > MAX_INDEX:
-        raise FormatError(path, 0, f"{mf.size}-byte index exceeds the {MAX_INDEX}-byte limit")
-    index = json_object(mf.read(0, mf.size, "index"), path, 0, "index")
+    index = json_object(read_whole(path, MAX_INDEX, "index"), path, 0, "index")
     weight_map, metadata = index.get("weight_map"), index.get("metadata", {})
     if not isinstance(weight_map, dict):
         raise FormatError(path, 0, f"weight_map must be an object mapping tensor names to shard files, "

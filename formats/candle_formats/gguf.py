@@ -1,9 +1,10 @@
 """GGUF (llama.cpp's model format, versions 1-3) and the legacy GGML/GGJT
 files that preceded it.
 
-Reading memory-maps the file: every tensor comes back as a
-:class:`candle_api.quantized.QTensor` (F32/F16/BF16 included, as in Candle's
-``load_gguf``) whose ``data`` is a zero-copy view of the map. The parser
+Reading memory-maps the file (``mmap=False`` reads it into memory instead):
+every tensor comes back as a :class:`candle_api.quantized.QTensor`
+(F32/F16/BF16 included, as in Candle's ``load_gguf``) whose ``data`` is a
+zero-copy view of the map. The parser
 checks every count, length, type id, dimension and data range against the
 file before using it, so a malformed file raises
 :class:`candle_api.errors.FormatError` (path, offset, reason) and never
@@ -30,11 +31,7 @@ scores from ``ggmf`` on), then tensors; metadata is ``{"magic", "version",
 from __future__ import annotations
 
 import math
-import mmap
-import os
-import secrets
 import struct
-from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
@@ -44,6 +41,8 @@ from candle_api.hooks import FormatSpec, hookimpl
 from candle_api.io import TensorFile
 from candle_api.quantized import GGML_TYPE_IDS, GGML_TYPES, GgmlType, QTensor
 from candle_api.tensor import Tensor
+
+from ._common import MappedFile, atomic_write
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
@@ -137,17 +136,6 @@ class _Cursor:
         return np.frombuffer(self.buf, dtype, n, self.take(n * dtype.itemsize, what))
 
 
-def _map(path):
-    """The file's bytes, memory-mapped read-only."""
-    try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                return b""  # mmap refuses empty files; the parser reports the truncation
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as exc:
-        raise FormatError(path, None, f"cannot open: {exc.strerror or exc}") from None
-
-
 def _ggml_type(cur: _Cursor, type_id: int, name: str, at: int) -> GgmlType:
     found = GGML_TYPE_IDS.get(type_id)
     if found is None:
@@ -174,10 +162,11 @@ def _add_tensor(cur: _Cursor, tensors: dict, name: str, at: int, placement: tupl
     tensors[name] = placement
 
 
-def _tensor_file(path, parse, fmt: str) -> TensorFile:
-    """Maps the file, parses it into (metadata, name -> (type, shape, data offset))
-    and wraps each tensor as a QTensor over the mapped bytes, built on first access."""
-    buf = _map(path)
+def _tensor_file(path, parse, fmt: str, mmap: bool) -> TensorFile:
+    """Maps the file (or reads it: ``mmap=False``), parses it into (metadata,
+    name -> (type, shape, data offset)) and wraps each tensor as a QTensor over
+    its bytes, built on first access."""
+    buf = MappedFile(path, mmap).buf
     metadata, tensors = parse(_Cursor(buf, path))
 
     def entry(ggml_type: GgmlType, shape: tuple, start: int):
@@ -305,9 +294,9 @@ def _parse_gguf(cur: _Cursor):
     return metadata, tensors
 
 
-def load_gguf(path) -> TensorFile:
+def load_gguf(path, mmap: bool = True) -> TensorFile:
     """A GGUF file as a lazy name -> QTensor mapping with its metadata."""
-    return _tensor_file(path, _parse_gguf, "gguf")
+    return _tensor_file(path, _parse_gguf, "gguf", mmap)
 
 
 # ---- legacy GGML/GGJT reading -----------------------------------------------------------
@@ -371,9 +360,9 @@ def _parse_ggml(cur: _Cursor):
     return metadata, tensors
 
 
-def load_ggml(path) -> TensorFile:
+def load_ggml(path, mmap: bool = True) -> TensorFile:
     """A legacy GGML/GGMF/GGJT file as a lazy name -> QTensor mapping."""
-    return _tensor_file(path, _parse_ggml, "ggml")
+    return _tensor_file(path, _parse_ggml, "ggml", mmap)
 
 
 # ---- GGUF writing -----------------------------------------------------------------------
@@ -499,19 +488,9 @@ def save_gguf(tensors, path, metadata=None) -> None:
     chunks = [head, _pad(len(head), alignment)]
     for data in payloads:
         chunks += [memoryview(data), _pad(data.nbytes, alignment)]
-    _write_replacing(Path(path), chunks)
-
-
-def _write_replacing(path: Path, chunks) -> None:
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "xb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as f:
+        for chunk in chunks:
+            f.write(chunk)
 
 
 # ---- the plugin -------------------------------------------------------------------------

@@ -8,9 +8,12 @@ tensor is a zero-copy view, C or Fortran order alike. Its one entry is named
 
 ``.npz``: a zip of ``NAME.npy`` members; only the zip directory is read on
 opening, and each member is read (and decompressed) when its tensor is first
-accessed. Members must be stored or deflated, unencrypted, and claim no more
+accessed, the file opened for that read only: a loaded npz holds no file
+descriptor. Members must be stored or deflated, unencrypted, and claim no more
 than deflate's largest expansion (1032:1), so a size field can never make us
-allocate more than the file could hold; the zip's CRC checks the data.
+allocate more than the file could hold; the zip's CRC checks the data (a
+member changed since the file was opened fails it). With ``mmap=False`` the
+whole file is read when it is opened and members come from that copy.
 
 Dtypes: bool is viewed as u8; big-endian data is made native; int8, uint16 and
 uint64 widen to i16, u32 and i64 (see ``candle_formats.safetensors`` for the
@@ -24,11 +27,9 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import struct
 import tokenize
 import zipfile  # already imported by importlib.metadata, which found this plugin
-import zlib
 from functools import partial
 from typing import NamedTuple
 
@@ -39,26 +40,19 @@ from candle_api.errors import FormatError
 from candle_api.hooks import FormatSpec, hookimpl
 from candle_api.io import TensorFile
 
-from ._common import MappedFile, atomic_write, brief, candle_dtype, check_shape, format_errors, to_candle
-from ._common import tensor_items
+from ._common import (FileReader, MappedFile, atomic_write, brief, candle_dtype, check_shape,
+                      check_zip_member, format_errors, tensor_items, to_candle, zip_directory, zip_member)
 
 MAGIC = b"\x93NUMPY"
 #: The longest npy header read (numpy's own limit for headers it evaluates).
 MAX_HEADER = 10_000
-#: deflate's largest expansion ratio: a member claiming more is corrupt.
-MAX_DEFLATE_RATIO = 1032
 _NPY_ENTRY = "arr_0"
-_CHUNK = 1 << 24  # bytes read from a zip member at a time
 # What numpy's header reader raises on bad input: ast.literal_eval's documented
 # ValueError, TypeError, SyntaxError, MemoryError and RecursionError (the
 # MemoryError is the parser's nesting limit, about 200 brackets: headers are
 # capped at 10,000 characters), and tokenize's TokenError from numpy's
 # fallback for headers written by Python 2.
 _HEADER_ERRORS = (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, tokenize.TokenError)
-# What zipfile and zlib raise on a corrupt archive (NotImplementedError: zip
-# features zipfile lacks, such as newer versions, patched data, strong encryption).
-_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, struct.error, OverflowError,
-               NotImplementedError)
 
 
 class _Npy(NamedTuple):
@@ -116,8 +110,8 @@ def _npy_tensor(mf: MappedFile, npy: _Npy):
     return to_candle(arr, mf.path, npy.data_offset, _NPY_ENTRY)
 
 
-def load_npy(path) -> TensorFile:
-    mf = MappedFile(path)
+def load_npy(path, mmap: bool = True) -> TensorFile:
+    mf = MappedFile(path, mmap)
     head = io.BytesIO(mf.read(0, min(mf.size, 12 + MAX_HEADER), "npy header"))
     npy = _npy_header(head, mf.size, path, 0, _NPY_ENTRY)
     return TensorFile({_NPY_ENTRY: partial(_npy_tensor, mf, npy)}, {}, "npy", path)
@@ -136,53 +130,22 @@ def sniff_npy(head: bytes, path) -> bool:
 
 
 # ---- .npz ----------------------------------------------------------------------------------------
-def _check_member(info: zipfile.ZipInfo, archive_size: int, path) -> None:
-    where = info.header_offset
-
-    def bad(reason):
-        return FormatError(path, where, f"member {info.filename!r}: {reason}")
-
-    if info.flag_bits & 1:
-        raise bad("is encrypted")
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        raise bad(f"compression method {info.compress_type} is not stored or deflated (as np.savez writes)")
-    if where + info.compress_size > archive_size:
-        raise bad(f"{info.compress_size} compressed bytes run past the end of the {archive_size}-byte file")
-    limit = info.compress_size if info.compress_type == zipfile.ZIP_STORED else info.compress_size * MAX_DEFLATE_RATIO
-    if info.file_size > limit:
-        raise bad(f"claims {info.file_size} bytes from {info.compress_size} compressed bytes")
-
-
-def _read_array(fp, npy: _Npy, path, base: int, name: str) -> np.ndarray:
-    """The member's data, read in chunks into one array (pages are committed
-    as data arrives, so a short member costs only what it holds)."""
-    buf = np.empty(npy.nbytes, np.uint8)
-    pos = 0
-    while pos < npy.nbytes:
-        chunk = fp.read(min(npy.nbytes - pos, _CHUNK))
-        if not chunk:
-            raise FormatError(path, base, f"{name!r}: data ends after {pos} of {npy.nbytes} bytes")
-        buf[pos:pos + len(chunk)] = np.frombuffer(chunk, np.uint8)
-        pos += len(chunk)
-    while fp.read(_CHUNK):  # to the end of the member, so zipfile checks its CRC
-        pass
-    return buf.view(npy.dtype).reshape(npy.shape, order="F" if npy.fortran else "C")
-
-
-def _member_tensor(zf: zipfile.ZipFile, info: zipfile.ZipInfo, archive_size: int, path, name: str):
-    _check_member(info, archive_size, path)
+def _member_tensor(source: FileReader | MappedFile, info: zipfile.ZipInfo, name: str):
+    check_zip_member(info, source.size, source.path)
+    data = zip_member(source, info)
     base = info.header_offset
-    with format_errors(path, base, f"member {info.filename!r}", _ZIP_ERRORS):
-        with zf.open(info) as fp:
-            npy = _npy_header(fp, info.file_size, path, base, name)
-            arr = _read_array(fp, npy, path, base, name)
-    return to_candle(arr, path, base, name)
+    npy = _npy_header(io.BytesIO(data[:12 + MAX_HEADER].tobytes()), data.size, source.path, base, name)
+    arr = data[npy.data_offset:npy.data_offset + npy.nbytes].view(npy.dtype)
+    if not arr.flags.aligned:
+        arr = arr.copy()  # kernels expect aligned elements
+    arr = arr.reshape(npy.shape, order="F" if npy.fortran else "C")
+    return to_candle(arr, source.path, base, name)
 
 
-def _member_names(zf, path) -> dict:
+def _member_names(infos: list[zipfile.ZipInfo], path) -> dict:
     """entry name -> ZipInfo; every member must be an .npy array."""
     members = {}
-    for info in zf.infolist():
+    for info in infos:
         if not info.filename.endswith(".npy"):
             raise FormatError(path, info.header_offset, f"member {info.filename!r} is not an .npy array")
         name = info.filename[:-4]
@@ -192,12 +155,12 @@ def _member_names(zf, path) -> dict:
     return members
 
 
-def load_npz(path) -> TensorFile:
-    with format_errors(path, None, "not a readable zip archive", _ZIP_ERRORS):
-        zf = zipfile.ZipFile(path)
-        size = os.path.getsize(path)
-    members = _member_names(zf, path)
-    tensors = {name: partial(_member_tensor, zf, info, size, path, name) for name, info in members.items()}
+def load_npz(path, mmap: bool = True) -> TensorFile:
+    """Members are read when accessed, from the file (never mapped) or, with
+    ``mmap=False``, from a copy of it read now."""
+    source = FileReader(path) if mmap else MappedFile(path, mmap=False)
+    members = _member_names(zip_directory(source), path)
+    tensors = {name: partial(_member_tensor, source, info, name) for name, info in members.items()}
     return TensorFile(tensors, {}, "npz", path)
 
 
@@ -214,11 +177,10 @@ def sniff_npz(head: bytes, path) -> bool:
     if not head.startswith(b"PK\x03\x04"):
         return False
     try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-    except _ZIP_ERRORS:
+        infos = zip_directory(FileReader(path))
+    except FormatError:
         return False
-    return bool(names) and all(n.endswith(".npy") for n in names)
+    return bool(infos) and all(info.filename.endswith(".npy") for info in infos)
 
 
 def _writable(tensors, path, metadata) -> list:

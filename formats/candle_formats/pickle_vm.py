@@ -17,9 +17,10 @@ Hostile pickles cannot hang or exhaust memory: every opcode consumes at least
 one byte, so the opcodes run are bounded by the size; every length is checked
 against the data; the stack and the memo are capped; integers are capped at
 ``MAX_LONG_BYTES``, set members and dict keys must be scalars (hashing a nested
-tuple built from shared references could take exponential time), and the work
-of the opcodes that touch many items (TUPLE, APPENDS, SETITEMS, calls...) is
-charged against a budget proportional to the bytes read so far.
+tuple built from shared references could take exponential time) that few other
+keys hash alike (see :func:`scalar`), and the work of the opcodes that touch
+many items (TUPLE, APPENDS, SETITEMS, calls...) is charged against a budget
+proportional to the bytes read so far.
 
 Every problem raises :class:`PickleError` with the offset of the opcode.
 """
@@ -27,6 +28,7 @@ Every problem raises :class:`PickleError` with the offset of the opcode.
 from __future__ import annotations
 
 import struct
+import sys
 from typing import Any, Callable, Mapping
 
 #: Most items the stack may hold, and most memo entries.
@@ -43,6 +45,10 @@ WORK_BASE = 1 << 16
 
 #: Types allowed as dict keys and set members: cheap to hash, whatever the pickle.
 SCALARS = (str, int, float, bool, type(None), bytes)
+#: CPython hashes an int to its residue modulo this prime, so the multiples of
+#: it all hash alike and a dict of n of them costs n**2 probes. Below it, no
+#: two ints share a hash (but -1 and -2).
+HASH_MODULUS = sys.hash_info.modulus
 
 
 class PickleError(Exception):
@@ -220,9 +226,21 @@ def _utf8(raw: bytes) -> str:
 
 
 def scalar(value):
-    """``value`` if it may be a dict key or set member, else PickleError."""
+    """``value`` if it may be a dict key or set member, else PickleError.
+
+    Every container the VM builds hashes its keys through here, so no pickle
+    can make one slow with keys that hash alike: str and bytes hash with
+    SipHash keyed per process (no known way to make many collide); ints are
+    refused from the hash modulus on (state dicts key by small ints:
+    optimizer parameter ids); and at most about 200 floats share a hash (a
+    float hashes to its value modulo the same prime, which a 53-bit mantissa
+    meets in at most 6 of the 61 exponent classes), so a float key costs a
+    bounded number of probes."""
     if type(value) not in SCALARS:
         raise PickleError(f"{describe(value)} cannot be a dict key or set member: only scalars are allowed")
+    if type(value) is int and not -HASH_MODULUS < value < HASH_MODULUS:
+        raise PickleError(f"{describe(value)} cannot be a dict key or set member: integers of magnitude "
+                          f"{HASH_MODULUS} or more hash alike (a container of them takes quadratic time to build)")
     return value
 
 

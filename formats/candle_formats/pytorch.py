@@ -35,25 +35,21 @@ widens to i16, uint16 to u32, uint64 to i64 (values checked), float8 to f16 or
 bf16 (the rule of ``_common.candle_dtype``); complex and quantized tensors are a
 FormatError when the file is opened.
 
-Laziness: opening a file reads the zip directory and data.pkl (a legacy file
-is mapped while its pickles and 8-byte storage headers are read) and checks
-every tensor's shape, strides and offset against its storage and every storage
-against the file. A storage's bytes are touched only when a tensor using it is
-first read: the file is memory-mapped then, and tensors are zero-copy strided
-views of the map (tensors sharing a storage share its memory). Deflated
-records are inflated, misaligned records (legacy files) copied once per
-storage, and int8, uint16 or big-endian values converted.
+Laziness: opening a file maps it (``mmap=False``: reads it into memory),
+reads the zip directory and data.pkl (or a legacy file's pickles and 8-byte
+storage headers) and checks every tensor's shape, strides and offset against
+its storage and every storage against the file. A storage's bytes are touched
+only when a tensor using it is first read: tensors are zero-copy strided views
+of the map (tensors sharing a storage share its memory). Deflated records are
+inflated, misaligned records (legacy files) copied once per storage, and int8,
+uint16 or big-endian values converted.
 """
 
 from __future__ import annotations
 
 import math
-import mmap
-import os
 import re
-import struct
 import zipfile
-import zlib
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
@@ -62,10 +58,11 @@ import numpy as np
 
 from candle_api.errors import FormatError
 from candle_api.hooks import FormatSpec, hookimpl
-from candle_api.io import TensorFile
+from candle_api.io import TensorFile, open_regular
 from candle_api.layout import MAX_DIMS
 
-from ._common import MappedFile, candle_dtype, format_errors, numpy_dtype, open_sharded_index, to_candle
+from ._common import (FileReader, MappedFile, candle_dtype, check_zip_member, format_errors, numpy_dtype,
+                      open_sharded_index, to_candle, zip_data_offset, zip_directory, zip_member)
 from .pickle_vm import Function, PickleError, describe, scalar, unpickle
 
 #: torch.save's magic number, pickled first in legacy files, and their protocol version.
@@ -74,8 +71,6 @@ LEGACY_VERSION = 1001
 _MAGIC_PICKLE = b"\x8a\x0a" + MAGIC.to_bytes(10, "little")  # LONG1 of 10 bytes
 #: Largest data.pkl and index read.
 MAX_PICKLE = 1 << 28
-#: deflate's largest expansion ratio: a record claiming more is corrupt.
-MAX_DEFLATE_RATIO = 1032
 #: Largest dim, stride, offset or storage size, in elements.
 MAX_ELEMENTS = 1 << 48
 #: Deepest nesting of containers flattened, and the flattening budget: name
@@ -85,8 +80,6 @@ FLATTEN_PER_BYTE = 4
 FLATTEN_BASE = 1 << 20
 
 _KEY = re.compile(r"[0-9A-Za-z_]{1,64}", re.ASCII)
-_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, struct.error, OverflowError,
-               NotImplementedError)  # zipfile: "zip file version 8.7"
 _INDEX_SUFFIXES = (".bin.index.json", ".pt.index.json", ".pth.index.json")
 
 # torch storage classes and the dtype of their elements
@@ -409,25 +402,16 @@ class _Record:
 class _Records:
     """The storage records of one file, read when a tensor is first accessed."""
 
-    def __init__(self, path: Path, records: dict[str, _Record], big_endian: bool):
-        self.path, self.records, self.big_endian = path, records, big_endian
-        self._file: MappedFile | None = None
+    def __init__(self, file: MappedFile, records: dict[str, _Record], big_endian: bool):
+        self.path, self.file, self.records, self.big_endian = file.path, file, records, big_endian
         self._storages: dict[str, np.ndarray] = {}  # key -> its bytes, shared by the storage's tensors
 
     def _read(self, key: str) -> np.ndarray:
         """The record as uint8: a view of the mapped file, or the inflated member."""
         record = self.records[key]
         if record.deflated is None:
-            if self._file is None:
-                self._file = MappedFile(self.path)
-            return self._file.array(record.offset, np.dtype(np.uint8), (record.nbytes,), f"storage {key!r}")
-        info = record.deflated
-        with _open_zip(self.path) as zf:
-            data = _read_member(zf, info, self.path)
-        if len(data) < record.nbytes:
-            raise FormatError(self.path, info.header_offset, f"storage record {info.filename!r} inflates to "
-                                                             f"{len(data)} bytes, expected {record.nbytes}")
-        return np.frombuffer(data, np.uint8)
+            return self.file.array(record.offset, np.dtype(np.uint8), (record.nbytes,), f"storage {key!r}")
+        return zip_member(self.file, record.deflated)[:record.nbytes]
 
     def _bytes(self, key: str, itemsize: int) -> np.ndarray:
         buf = self._storages.get(key)
@@ -470,86 +454,52 @@ def _archive_folder(infos: list, path) -> str:
     return folder + "/"
 
 
-def _check_member(info: zipfile.ZipInfo, file_size: int, path) -> None:
-    def bad(reason: str) -> FormatError:
-        return FormatError(path, info.header_offset, f"member {info.filename!r} {reason}")
-
-    if info.flag_bits & 1:
-        raise bad("is encrypted")
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        raise bad(f"uses compression method {info.compress_type}, not stored or deflated")
-    if not 0 <= info.header_offset <= info.header_offset + info.compress_size <= file_size:
-        raise bad(f"has {info.compress_size} bytes at {info.header_offset}, past the end of the {file_size}-byte file")
-    ratio = 1 if info.compress_type == zipfile.ZIP_STORED else MAX_DEFLATE_RATIO
-    if info.file_size > info.compress_size * ratio:
-        raise bad(f"claims {info.file_size} bytes from {info.compress_size} compressed bytes")
-
-
-def _zip_record(f, info: zipfile.ZipInfo, file_size: int, nbytes: int, path) -> _Record:
+def _zip_record(file: MappedFile, info: zipfile.ZipInfo, nbytes: int) -> _Record:
     """Where the first ``nbytes`` of member ``info`` lie (stored members are mapped in place)."""
-    _check_member(info, file_size, path)
+    check_zip_member(info, file.size, file.path)
     if info.file_size < nbytes:
-        raise FormatError(path, info.header_offset, f"member {info.filename!r} holds {info.file_size} bytes, "
-                                                    f"its storage needs {nbytes}")
+        raise FormatError(file.path, info.header_offset, f"member {info.filename!r} holds {info.file_size} "
+                                                         f"bytes, its storage needs {nbytes}")
     if info.compress_type == zipfile.ZIP_DEFLATED:
         return _Record(info.header_offset, nbytes, info)
-    f.seek(info.header_offset)
-    header = f.read(30)
-    if len(header) < 30 or header[:4] != b"PK\x03\x04":
-        raise FormatError(path, info.header_offset, f"member {info.filename!r} has no local file header")
-    name_size, extra_size = struct.unpack_from("<HH", header, 26)
-    offset = info.header_offset + 30 + name_size + extra_size
-    if offset + nbytes > file_size:
-        raise FormatError(path, offset, f"member {info.filename!r}: {nbytes} bytes at offset {offset} run past "
-                                        f"the end of the {file_size}-byte file")
-    return _Record(offset, nbytes)
+    return _Record(zip_data_offset(file, info), nbytes)
 
 
-def _open_zip(path) -> zipfile.ZipFile:
-    with format_errors(path, None, "not a readable zip archive", _ZIP_ERRORS):
-        return zipfile.ZipFile(path)
-
-
-def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path) -> bytes:
-    """A whole member (zipfile checks its CRC at the end)."""
-    with format_errors(path, info.header_offset, f"member {info.filename!r}", _ZIP_ERRORS):
-        return zf.read(info)
-
-
-def _big_endian(zf: zipfile.ZipFile, info: zipfile.ZipInfo | None, file_size: int, path) -> bool:
+def _big_endian(file: MappedFile, info: zipfile.ZipInfo | None) -> bool:
     """What the byteorder record says; files older than it are little-endian."""
     if info is None:
         return False
-    _check_member(info, file_size, path)
-    order = _read_member(zf, info, path) if info.file_size <= 16 else None
+    check_zip_member(info, file.size, file.path)
+    order = zip_member(file, info).tobytes() if info.file_size <= 16 else None
     if order not in (b"little", b"big"):
-        raise FormatError(path, info.header_offset, f"byteorder record is {describe(order)}, not little or big")
+        raise FormatError(file.path, info.header_offset, f"byteorder record is {describe(order)}, "
+                                                         "not little or big")
     return order == b"big"
 
 
-def _load_zip(path: Path) -> TensorFile:
-    with _open_zip(path) as zf, format_errors(path, None, "cannot read", (OSError,)), open(path, "rb") as f:
-        file_size = os.fstat(f.fileno()).st_size
-        folder = _archive_folder(zf.infolist(), path)
-        members = {info.filename: info for info in zf.infolist()}
-        info = members.get(folder + "data.pkl")
+def _load_zip(path: Path, mmap: bool) -> TensorFile:
+    file = MappedFile(path, mmap)
+    infos = zip_directory(file)
+    folder = _archive_folder(infos, path)
+    members = {info.filename: info for info in infos}
+    info = members.get(folder + "data.pkl")
+    if info is None:
+        raise FormatError(path, None, f"not a PyTorch zip: no {folder}data.pkl")
+    if info.file_size > MAX_PICKLE:
+        raise FormatError(path, info.header_offset, f"data.pkl of {info.file_size} bytes exceeds the "
+                                                    f"{MAX_PICKLE}-byte limit")
+    record = _zip_record(file, info, info.file_size)
+    data = zip_member(file, info).tobytes()
+    big_endian = _big_endian(file, members.get(folder + "byteorder"))
+    ids = _PersistentIds(legacy=False)
+    root, _ = _unpickle(data, 0, path, None if record.deflated else record.offset, ids)
+    records = {}
+    for key, storage in ids.roots.items():
+        info = members.get(f"{folder}data/{key}")
         if info is None:
-            raise FormatError(path, None, f"not a PyTorch zip: no {folder}data.pkl")
-        if info.file_size > MAX_PICKLE:
-            raise FormatError(path, info.header_offset, f"data.pkl of {info.file_size} bytes exceeds the "
-                                                        f"{MAX_PICKLE}-byte limit")
-        record = _zip_record(f, info, file_size, info.file_size, path)
-        data = _read_member(zf, info, path)
-        big_endian = _big_endian(zf, members.get(folder + "byteorder"), file_size, path)
-        ids = _PersistentIds(legacy=False)
-        root, _ = _unpickle(data, 0, path, None if record.deflated else record.offset, ids)
-        records = {}
-        for key, storage in ids.roots.items():
-            info = members.get(f"{folder}data/{key}")
-            if info is None:
-                raise FormatError(path, None, f"storage {key!r} has no record {folder}data/{key} in the archive")
-            records[key] = _zip_record(f, info, file_size, storage.nbytes, path)
-    return _tensor_file(path, root, _Records(path, records, big_endian), len(data))
+            raise FormatError(path, None, f"storage {key!r} has no record {folder}data/{key} in the archive")
+        records[key] = _zip_record(file, info, storage.nbytes)
+    return _tensor_file(path, root, _Records(file, records, big_endian), len(data))
 
 
 # ---- legacy files ---------------------------------------------------------------------------------
@@ -586,43 +536,42 @@ def _legacy_records(data, pos: int, keys, storages: dict[str, _Storage], path) -
     return records
 
 
-def _load_legacy(path: Path) -> TensorFile:
-    with format_errors(path, None, "cannot map", (OSError, ValueError)), open(path, "rb") as f:
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    with data:
-        magic, version_at = _unpickle(data, 0, path, 0)
-        if type(magic) is not int or magic != MAGIC:
-            raise FormatError(path, 0, "not a PyTorch file: wrong magic number")
-        version, sys_info_at = _unpickle(data, version_at, path, 0)
-        if type(version) is not int or version != LEGACY_VERSION:
-            raise FormatError(path, version_at, f"legacy format version {describe(version)}, "
-                                                f"expected {LEGACY_VERSION}")
-        # sys_info: the writer's C type sizes and byte order; storages are little-endian whatever it says
-        _, main_at = _unpickle(data, sys_info_at, path, 0)
-        ids = _PersistentIds(legacy=True)
-        root, keys_at = _unpickle(data, main_at, path, 0, ids)
-        keys, data_at = _unpickle(data, keys_at, path, 0)
-        records = _legacy_records(data, data_at, keys, ids.roots, path)
-    return _tensor_file(path, root, _Records(path, records, big_endian=False), keys_at - main_at)
+def _load_legacy(path: Path, mmap: bool) -> TensorFile:
+    file = MappedFile(path, mmap)
+    data = file.buf
+    magic, version_at = _unpickle(data, 0, path, 0)
+    if type(magic) is not int or magic != MAGIC:
+        raise FormatError(path, 0, "not a PyTorch file: wrong magic number")
+    version, sys_info_at = _unpickle(data, version_at, path, 0)
+    if type(version) is not int or version != LEGACY_VERSION:
+        raise FormatError(path, version_at, f"legacy format version {describe(version)}, "
+                                            f"expected {LEGACY_VERSION}")
+    # sys_info: the writer's C type sizes and byte order; storages are little-endian whatever it says
+    _, main_at = _unpickle(data, sys_info_at, path, 0)
+    ids = _PersistentIds(legacy=True)
+    root, keys_at = _unpickle(data, main_at, path, 0, ids)
+    keys, data_at = _unpickle(data, keys_at, path, 0)
+    records = _legacy_records(data, data_at, keys, ids.roots, path)
+    return _tensor_file(path, root, _Records(file, records, big_endian=False), keys_at - main_at)
 
 
 # ---- the plugin -------------------------------------------------------------------------------------
-def _load_checkpoint(path: Path) -> TensorFile:
-    with format_errors(path, None, "cannot read", (OSError,)), open(path, "rb") as f:
+def _load_checkpoint(path: Path, mmap: bool = True) -> TensorFile:
+    with open_regular(path) as f, format_errors(path, None, "cannot read", (OSError,)):
         head = f.read(32)
     if head.startswith(b"PK"):
-        return _load_zip(path)
+        return _load_zip(path, mmap)
     if _is_legacy(head):
-        return _load_legacy(path)
+        return _load_legacy(path, mmap)
     raise FormatError(path, 0, "not a PyTorch checkpoint: neither a torch.save zip archive nor a legacy "
                                "file starting with torch's pickled magic number")
 
 
-def load(path) -> TensorFile:
+def load(path, mmap: bool = True) -> TensorFile:
     path = Path(path)
     if path.name.lower().endswith(".json"):
-        return open_sharded_index(path, _load_checkpoint, "pytorch")
-    return _load_checkpoint(path)
+        return open_sharded_index(path, partial(_load_checkpoint, mmap=mmap), "pytorch")
+    return _load_checkpoint(path, mmap)
 
 
 def sniff(head: bytes, path) -> bool:
@@ -631,10 +580,9 @@ def sniff(head: bytes, path) -> bool:
         return True
     if head.startswith(b"PK\x03\x04"):
         try:
-            with zipfile.ZipFile(path) as zf:
-                infos = zf.infolist()
+            infos = zip_directory(FileReader(path))
             return f"{_archive_folder(infos, path)}data.pkl" in {info.filename for info in infos}
-        except (FormatError, *_ZIP_ERRORS):
+        except FormatError:
             return False
     return Path(path).name.lower().endswith(_INDEX_SUFFIXES)
 

@@ -12,10 +12,10 @@ data exactly (no gap, no overlap, nothing past the end of the file), as the
 reference implementation requires. Any violation is a FormatError naming the
 file, the offset and the reason.
 
-Reading maps the file once; a tensor is made on first access as a view of the
-map (no copy, no memory until its pages are touched). Data at an offset that
-is not a multiple of its item size (never so in files the reference writer
-makes) is copied instead.
+Reading maps the file once (``mmap=False`` reads it into memory instead); a
+tensor is made on first access as a view of the map (no copy, no memory until
+its pages are touched). Data at an offset that is not a multiple of its item
+size (never so in files the reference writer makes) is copied instead.
 
 Dtypes. U8 U32 I16 I32 I64 BF16 F16 F32 F64 are candle-api's own; BOOL is
 viewed as u8 (Candle's mask type). The others are widened when read to the
@@ -155,17 +155,19 @@ def _tensor(mf: MappedFile, name: str, entry: _Entry, data_start: int):
     return to_candle(mf.array(offset, dtype, entry.shape, repr(name)), mf.path, offset, name)
 
 
-def _open(path) -> TensorFile:
-    mf = MappedFile(path)
+def _open(path, mmap: bool = True) -> TensorFile:
+    mf = MappedFile(path, mmap)
     entries, metadata, data_start = _header(mf)
     tensors = {name: partial(_tensor, mf, name, entry, data_start) for name, entry in entries.items()}
     return TensorFile(tensors, metadata, "safetensors", path)
 
 
 # ---- sharded checkpoints -----------------------------------------------------------------------
-def load(path) -> TensorFile:
+def load(path, mmap: bool = True) -> TensorFile:
     path = Path(path)
-    return open_sharded_index(path, _open, "safetensors") if path.name.lower().endswith(".json") else _open(path)
+    if path.name.lower().endswith(".json"):
+        return open_sharded_index(path, partial(_open, mmap=mmap), "safetensors")
+    return _open(path, mmap)
 
 
 def sniff(head: bytes, path) -> bool:

@@ -83,18 +83,20 @@ def test_views_share_the_mapped_storage():
 
 
 def test_storages_are_read_on_first_access(monkeypatch):
-    maps = []
+    maps, reads = [], []
 
     class Counting(pytorch.MappedFile):
-        def __init__(self, path):
+        def __init__(self, path, mmap=True):
             maps.append(path)
-            super().__init__(path)
+            super().__init__(path, mmap)
 
     monkeypatch.setattr(pytorch, "MappedFile", Counting)
+    monkeypatch.setattr(pytorch._Records, "_read", lambda self, key, read=pytorch._Records._read:
+                        reads.append(key) or read(self, key))
     tf = c.load(FIXTURES / "tensors_zip.pt")
-    assert maps == []
-    tf["f32"], tf["shared_b"]
-    assert len(maps) == 1  # one map, shared by every tensor of the file
+    assert len(maps) == 1 and reads == []  # mapped when opened (the file then read stays the one read)
+    tf["shared_a"], tf["shared_b"]
+    assert len(maps) == 1 and len(reads) == 1  # one map, one storage shared by both tensors
 
 
 def test_nested_checkpoint_is_flattened():
@@ -142,7 +144,8 @@ def test_bare_tensor_is_named_empty():
 def test_sharded_index_opens_shards_lazily(monkeypatch):
     opened = []
     real = pytorch._load_checkpoint
-    monkeypatch.setattr(pytorch, "_load_checkpoint", lambda path: opened.append(path.name) or real(path))
+    monkeypatch.setattr(pytorch, "_load_checkpoint", lambda path, **options: opened.append(path.name)
+                        or real(path, **options))
     tf = c.load(FIXTURES / "sharded" / "pytorch_model.bin.index.json")
     assert opened == [] and tf.metadata == {"total_size": 126}
     tf["layer.1.bias"], tf["layer.1.weight"]
@@ -473,6 +476,42 @@ def test_resource_bombs_fail_fast(tmp_path):
             pytorch.load(zip_file(tmp_path / "bomb.pt", data))
         assert time.perf_counter() - start < 3
 
+
+
+#: Integers CPython hashes alike (k * (2**61 - 1) all hash to 0): a container
+#: keyed by them costs time quadratic in their number.
+COLLIDING = [k * (2**61 - 1) for k in range(1, 30_001)]
+HASHING_CONTAINERS = {
+    "dict": lambda keys: b"}(" + b"".join(i(k) + b"N" for k in keys) + b"u",
+    "OrderedDict": lambda keys: call(glob("collections", "OrderedDict"),
+                                     b"(" + b"".join(tup(i(k), b"N") for k in keys) + b"l"),
+    "set": lambda keys: call(glob("builtins", "set"), b"(" + b"".join(map(i, keys)) + b"l"),
+    "ADDITEMS": lambda keys: b"\x8f(" + b"".join(map(i, keys)) + b"\x90",
+    "frozenset": lambda keys: b"(" + b"".join(map(i, keys)) + b"\x91",
+}
+
+
+@pytest.mark.parametrize("container", HASHING_CONTAINERS)
+def test_colliding_keys_are_refused_at_once(tmp_path, container):
+    """30,000 keys sharing one hash took 5 s to load (a 13 MB file, hours):
+    every container the VM hashes refuses the first integer CPython does not
+    hash injectively, whatever its size."""
+    path = zip_file(tmp_path / "collide.pt", b"\x80\x02" + HASHING_CONTAINERS[container](COLLIDING) + b".")
+    start = time.perf_counter()
+    with pytest.raises(FormatError, match="hash"):
+        pytorch.load(path)
+    assert time.perf_counter() - start < 0.5
+
+
+def test_keys_hashed_without_collisions_still_load(tmp_path):
+    """Integer keys up to the hash modulus, and the floats sharing a hash (at
+    most a few hundred per value), load as they are."""
+    big = [2**61 - 2, -(2**61 - 2), 2**40, -1, -2]
+    floats = [2.0 ** (61 * j) for j in range(-17, 17)]  # all hash to 1
+    pickled = b"\x80\x02" + HASHING_CONTAINERS["dict"](big) + b"."
+    assert pickle_vm.unpickle(pickled, 0, {})[0] == dict.fromkeys(big)
+    members = b"(" + b"".join(b"G" + struct.pack(">d", f) for f in floats) + b"\x91."
+    assert pickle_vm.unpickle(b"\x80\x02" + members, 0, {})[0] == frozenset(floats)
 
 # ---- hostile pickles: every global outside the allow-list is refused, nothing runs -------------------------
 class Evil:

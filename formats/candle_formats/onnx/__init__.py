@@ -18,8 +18,9 @@ from functools import partial
 from candle_api.errors import FormatError
 from candle_api.hooks import FormatSpec, hookimpl
 
-_LAZY = {"ONNXModel": "model", "InferenceSession": "model", "TensorDescription": "model",
-         "UnsupportedNodeError": "errors", "NodeError": "errors", "supported_ops": "registry"}
+_LAZY = {"ONNXModel": "model", "InferenceSession": "model", "TensorDescription": "model", "RunOptions": "plan",
+         "UnsupportedNodeError": "errors", "NodeError": "errors", "RunInterruptedError": "errors",
+         "supported_ops": "registry"}
 INSTALL_HINT = "the ONNX evaluator needs the onnx package: pip install 'candle-formats[onnx]'"
 
 
@@ -30,7 +31,7 @@ def _require_onnx(path) -> None:
         raise FormatError(path, None, INSTALL_HINT) from None
 
 
-def _load(path):
+def _load(path, mmap: bool = True):
     _require_onnx(path)
     from candle_api.io import TensorFile
 
@@ -38,7 +39,7 @@ def _load(path):
     from .loader import TensorReader, read_model
 
     proto, path = read_model(path)
-    read = TensorReader(path)
+    read = TensorReader(path, mmap)
     entries = {t.name: partial(lambda t: tensor_from_array(read(t), "cpu"), t) for t in proto.graph.initializer}
     metadata = {"ir_version": proto.ir_version, "producer_name": proto.producer_name,
                 "producer_version": proto.producer_version,

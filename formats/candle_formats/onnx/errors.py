@@ -35,3 +35,7 @@ class NodeError(CandleError, RuntimeError, _NodeMixin):
         self._set(name, op_type, domain, opset)
         self.reason = reason
         super().__init__(f"{describe(name, op_type, domain, opset)}: {reason}")
+
+
+class RunInterruptedError(NodeError):
+    """A run stopped at this node: cancelled (``RunOptions.terminate``) or past a limit of its RunOptions."""

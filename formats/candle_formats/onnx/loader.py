@@ -2,24 +2,26 @@
 checker, and shape/type inference.
 
 External data is never loaded into the protobuf: each tensor stored outside
-is a bounds-checked, read-only view of its memory-mapped file, which must
-lie inside the model's folder. Anything malformed raises
-``FormatError(path, offset, reason)``; nothing in a model file is executed.
+is a bounds-checked, read-only view of its memory-mapped file (or, with
+``mmap=False``, of a copy read into memory), which must lie inside the
+model's folder. Anything malformed raises ``FormatError(path, offset,
+reason)``; nothing in a model file is executed.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from onnx import ModelProto, TensorProto
 
 from candle_api.errors import FormatError
 
-from .._common import MappedFile
+from .._common import MappedFile, check_shape, read_whole
 
 #: the largest model file read whole (protobuf's own limit is 2 GiB)
 MAX_PROTO = 2**31 - 1
@@ -28,15 +30,13 @@ MAX_PROTO = 2**31 - 1
 def read_model(source) -> tuple[ModelProto, Path | None]:
     """(model, path) from a path, the serialized bytes or a ModelProto."""
     if isinstance(source, ModelProto):
+        _check_strings(source, "model", "<model>")
         return source, None
     if isinstance(source, (bytes, bytearray, memoryview)):
         return _parse(bytes(source), "<bytes>"), None
     path = Path(source)
-    mapped = MappedFile(path)
-    if mapped.size > MAX_PROTO:
-        raise FormatError(path, None, f"{mapped.size}-byte file exceeds protobuf's 2 GiB limit "
-                                      "(large models keep their weights in external data files)")
-    return _parse(mapped.read(0, mapped.size, "model"), path), path
+    # protobuf's own limit; large models keep their weights in external data files
+    return _parse(read_whole(path, MAX_PROTO, "model"), path), path
 
 
 def _parse(raw: bytes, path) -> ModelProto:
@@ -47,7 +47,28 @@ def _parse(raw: bytes, path) -> ModelProto:
         raise FormatError(path, None, f"not an ONNX model: the protobuf does not parse ({exc})") from None
     if model.ir_version <= 0 or not model.HasField("graph"):
         raise FormatError(path, None, "not an ONNX model: no ir_version or no graph")
+    _check_strings(model, "model", path)
     return model
+
+
+def _check_strings(message, where: str, path) -> None:
+    """Every string field of the model must be UTF-8: ONNX is proto2, whose
+    strings protobuf's Python runtime hands back as bytes when they are not,
+    and onnx's checker and every name lookup would then fail in their own
+    ways. Checked once here, naming the field."""
+    for field in message.DESCRIPTOR.fields:
+        if field.type not in (field.TYPE_STRING, field.TYPE_MESSAGE):
+            continue  # numbers and bytes (raw_data) are never read here
+        value = getattr(message, field.name)
+        if isinstance(value, Message) and not message.HasField(field.name):
+            continue  # unset: its defaults nest forever (a TypeProto holds TypeProtos)
+        single = isinstance(value, (str, bytes, Message))
+        for i, item in enumerate((value,) if single else value):
+            name = f"{where}.{field.name}" if single else f"{where}.{field.name}[{i}]"
+            if isinstance(item, Message):
+                _check_strings(item, name, path)
+            elif type(item) is not str:
+                raise FormatError(path, None, f"{name} is not valid UTF-8")
 
 
 def has_external_data(model: ModelProto) -> bool:
@@ -88,8 +109,8 @@ class TensorReader:
     """Turns TensorProtos of a model into numpy arrays of their ONNX types,
     reading external data from memory-mapped files in the model's folder."""
 
-    def __init__(self, path: Path | None):
-        self.path = path
+    def __init__(self, path: Path | None, mmap: bool = True):
+        self.path, self.mmap = path, mmap
         self.base = path.parent.resolve() if path is not None else None
         self._files: dict[Path, MappedFile] = {}
 
@@ -114,8 +135,8 @@ class TensorReader:
             raise FormatError(where, None, f"tensor {proto.name!r}: external offset/length are not integers")
         file = self._file(info.get("location", ""), proto.name)
         dtype = onnx.helper.tensor_dtype_to_np_dtype(proto.data_type)
-        shape = tuple(proto.dims)
-        count = int(np.prod(shape, dtype=np.int64))
+        shape = check_shape(list(proto.dims), where, None, proto.name)
+        count = math.prod(shape)
         if dtype.kind not in "biuf":  # ml_dtypes' types (packed 4-bit, float8...) and strings
             return self._unpacked(proto, file, offset, length)
         if length is not None and length != count * dtype.itemsize:
@@ -135,12 +156,20 @@ class TensorReader:
         return self(copy)
 
     def _file(self, location: str, name: str) -> MappedFile:
-        rel = Path(location)
-        target = (self.base / rel).resolve()
-        if not location or rel.is_absolute() or ".." in rel.parts or os.path.commonpath([target, self.base]) != str(self.base):
+        target = _inside(self.base, location)
+        if target is None:
             raise FormatError(self.path, None, f"tensor {name!r}: external data location {location!r} must be a "
                                                "file inside the model's folder")
         if target not in self._files:
-            self._files[target] = MappedFile(target)
+            self._files[target] = MappedFile(target, self.mmap)
         return self._files[target]
 
+
+def _inside(base: Path, location: str) -> Path | None:
+    """The file ``location`` names inside the folder ``base`` (symlinks
+    resolved), or None when it names none there."""
+    rel = Path(location)
+    if not location or "\0" in location or rel.is_absolute() or ".." in rel.parts:
+        return None
+    target = (base / rel).resolve()
+    return target if os.path.commonpath([target, base]) == str(base) else None

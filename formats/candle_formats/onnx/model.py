@@ -14,7 +14,7 @@ from candle_api.errors import DTypeError
 from . import loader
 from .dtypes import OnnxType, UnsupportedTypeError, from_numpy_dtype, natural, onnx_type, type_name
 from .helpers import tensor_from_array, to_numpy
-from .plan import Compiler, Plan
+from .plan import Compiler, Plan, RunOptions, watched
 
 
 @dataclass(frozen=True)
@@ -57,18 +57,20 @@ class ONNXModel:
     ``ONNXModel(path)`` (or the serialized bytes, or an ``onnx.ModelProto``)
     reads the model and its external data, checks it with onnx's checker,
     infers types and shapes, and plans its evaluation once; ``run`` then
-    evaluates it with candle-api ops on ``device``. Names follow
-    candle-pyo3's ``candle.onnx.ONNXModel``.
+    evaluates it with candle-api ops on ``device``. External data files are
+    memory-mapped, or read into memory with ``mmap=False`` (for files other
+    programs may truncate: reading a truncated map kills the process with
+    SIGBUS). Names follow candle-pyo3's ``candle.onnx.ONNXModel``.
     """
 
-    def __init__(self, source, device="cpu", check: bool = True, fold_constants: bool = True):
+    def __init__(self, source, device="cpu", check: bool = True, fold_constants: bool = True, mmap: bool = True):
         proto, path = loader.read_model(source)
         if check:
             loader.check(proto, path)
         self._proto = proto
         self.path = path
         self.device = c.get_device(device)
-        self._read = loader.TensorReader(path)
+        self._read = loader.TensorReader(path, mmap)
         inferred = loader.infer(proto)
         functions = {(f.domain, f.name): f for f in proto.functions}
         compiler = Compiler({o.domain: o.version for o in proto.opset_import}, self.device, functions,
@@ -126,21 +128,25 @@ class ONNXModel:
                 f"inputs={list(self._inputs)}, outputs={list(self._outputs)}, device={self.device!r})")
 
     # ---- running ----
-    def run(self, inputs: Mapping) -> dict:
+    def run(self, inputs: Mapping, options: RunOptions | None = None) -> dict:
         """Evaluates the model: ``{input name: Tensor or array}`` -> ``{output
-        name: Tensor}`` (a list of tensors for a sequence, None for an empty optional)."""
-        values = self.plan.run(self._feeds(inputs))
-        return dict(zip(self.plan.outputs, values))
+        name: Tensor}`` (a list of tensors for a sequence, None for an empty
+        optional). ``options`` limits the run or cancels it (see RunOptions)."""
+        return dict(zip(self.plan.outputs, self._run(inputs, options)))
 
-    def run_numpy(self, inputs: Mapping, output_names=None) -> list:
+    def run_numpy(self, inputs: Mapping, output_names=None, options: RunOptions | None = None) -> list:
         """NumPy in and out: outputs as arrays of their ONNX types (bool, int8... included)."""
-        values = self.plan.run(self._feeds(inputs))
-        by_name = dict(zip(self.plan.outputs, values))
+        by_name = dict(zip(self.plan.outputs, self._run(inputs, options)))
         names = list(output_names) if output_names else self.plan.outputs
         unknown = [n for n in names if n not in by_name]
         if unknown:
             raise KeyError(f"the model has no outputs {unknown} (outputs: {self.plan.outputs})")
         return [self._export(by_name[n], self.plan.types.get(n)) for n in names]
+
+    def _run(self, inputs: Mapping, options: RunOptions | None) -> list:
+        feeds = self._feeds(inputs)
+        with watched(options):
+            return self.plan.run(feeds)
 
     def _feeds(self, inputs: Mapping) -> dict:
         missing = [n for n in self.plan.inputs if n not in inputs]
@@ -196,5 +202,5 @@ class InferenceSession:
     def get_outputs(self) -> list[TensorDescription]:
         return list(self.model.outputs.values())
 
-    def run(self, output_names, input_feed: Mapping) -> list:
-        return self.model.run_numpy(input_feed, output_names)
+    def run(self, output_names, input_feed: Mapping, run_options: RunOptions | None = None) -> list:
+        return self.model.run_numpy(input_feed, output_names, run_options)

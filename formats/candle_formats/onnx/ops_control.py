@@ -11,6 +11,7 @@ import candle_api as c
 from candle_api.ops.shape import select
 
 from .helpers import const, scalar
+from .plan import check_iteration
 from .registry import op
 
 
@@ -53,6 +54,7 @@ def loop(node, *args):
     scans: list[list] = []
     i = 0
     while keep_going and (limit is None or i < limit):
+        check_iteration(node, i)
         feeds = [const(i, c.i64, node.device), const(1, c.u8, node.device), *state]
         out = body.run(_body_feeds(body, feeds), outer)
         keep_going = bool(scalar(out[0]))
@@ -76,6 +78,7 @@ def _scan(node, body, state: list, inputs: list, outer: dict):
     steps = inputs[0].shape[in_axes[0]] if inputs else 0
     scans: list[list] = []
     for t in range(steps):
+        check_iteration(node, t)
         slices = [select(x, a, steps - 1 - t if d else t) for x, a, d in zip(inputs, in_axes, in_dirs)]
         out = body.run(_body_feeds(body, [*state, *slices]), outer)
         state = out[:len(state)]

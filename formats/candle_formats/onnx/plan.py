@@ -7,20 +7,27 @@ evaluates the nodes whose inputs are all constant (constant folding), drops
 nodes no output depends on, and records after which step each intermediate
 value has had its last reader, so a run frees it there. Running a plan is
 then one loop over the steps.
+
+A run may be given :class:`RunOptions` (limits and cancellation, off by
+default as in onnxruntime): they are checked before every step, at every
+Loop and Scan iteration, so even a loop whose body has no node stops.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, NodeProto
 
 from .dtypes import UnsupportedTypeError, onnx_type
-from .errors import NodeError, UnsupportedNodeError
+from .errors import NodeError, RunInterruptedError, UnsupportedNodeError
 from .functions import body_opsets, inline, schema_function
 from .host_shapes import hoist
 from .registry import MS_DOMAIN, Node, canonical_domain, resolve
@@ -34,6 +41,62 @@ class Step:
         self.reads = reads          # inputs plus the outer names its subgraphs read
         self.foldable = foldable    # pure and without subgraphs: may run at planning time
         self.free: list[str] = []
+
+
+class RunOptions:
+    """Limits and cancellation for runs, all off by default (as in onnxruntime,
+    whose ``RunOptions.terminate`` this mirrors). ``max_seconds``: the
+    longest a run may take; ``max_iterations``: the most iterations one
+    Loop or Scan node may run; ``terminate``: set it to True from another
+    thread to stop the runs using these options. A run that hits one raises
+    :class:`RunInterruptedError` naming the node it stopped at."""
+
+    def __init__(self, max_seconds: float | None = None, max_iterations: int | None = None):
+        self.max_seconds, self.max_iterations = max_seconds, max_iterations
+        self.terminate = False
+
+
+class _Watch:
+    """The options of the run in progress, with its deadline."""
+
+    def __init__(self, options: RunOptions):
+        self.options = options
+        self.deadline = None if options.max_seconds is None else time.monotonic() + options.max_seconds
+
+    def check(self, node) -> None:
+        if self.options.terminate:
+            raise _interrupted(node, "the run was cancelled (RunOptions.terminate)")
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise _interrupted(node, f"the run took longer than RunOptions.max_seconds = {self.options.max_seconds}")
+
+
+def _interrupted(node, reason: str) -> RunInterruptedError:
+    return RunInterruptedError(node.name, node.op_type, node.domain, node.opset, reason)
+
+
+#: the watch of the run in progress in this thread (None: no options)
+_WATCH: ContextVar[_Watch | None] = ContextVar("candle_onnx_run", default=None)
+
+
+@contextmanager
+def watched(options: RunOptions | None) -> Iterator[None]:
+    """Runs within this block (subgraph runs included) obey ``options``."""
+    token = _WATCH.set(_Watch(options) if options is not None else None)
+    try:
+        yield
+    finally:
+        _WATCH.reset(token)
+
+
+def check_iteration(node, i: int) -> None:
+    """Before iteration ``i`` of a Loop or Scan node: the run's limits and cancellation."""
+    watch = _WATCH.get()
+    if watch is None:
+        return
+    watch.check(node)
+    limit = watch.options.max_iterations
+    if limit is not None and i >= limit:
+        raise _interrupted(node, f"ran {i} iterations, the most RunOptions.max_iterations allows")
 
 
 class Plan:
@@ -55,7 +118,10 @@ class Plan:
         for name in self.captures:
             env[name] = outer[name]
         env.update(feeds)
+        watch = _WATCH.get()
         for step in self.steps:
+            if watch is not None:
+                watch.check(step.node)
             _store(env, step, _call(step, env))
             for name in step.free:
                 del env[name]
