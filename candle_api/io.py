@@ -159,4 +159,7 @@ def save(tensors: Mapping, path: str | os.PathLike, metadata: Mapping | None = N
             raise FormatError(path, None, f"no installed format writes files named like {path.name!r} "
                                           f"(installed formats: {_installed()})")
         spec = match[0]
-    spec.save(tensors, path, metadata)
+    try:
+        spec.save(tensors, path, metadata)
+    except OSError as exc:  # a full disk, a missing folder, a folder in the way...
+        raise FormatError(path, None, f"cannot write: {exc.strerror or exc}") from None

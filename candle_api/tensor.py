@@ -610,7 +610,7 @@ class Tensor:
         return ops.reduce.var(self, dim, True, True)
 
     def std(self, dim=None, keepdim: bool = False, unbiased: bool = True) -> "Tensor":
-        return ops.reduce.var(self, dim, keepdim, unbiased).sqrt()
+        return ops.reduce.std(self, dim, keepdim, unbiased)
 
     def log_sum_exp(self, dim) -> "Tensor":
         """``log(sum(exp(x)))`` over ``dim``, computed stably."""

@@ -127,3 +127,63 @@ def test_set_num_threads_refuses_counts_it_cannot_honour(n):
     with pytest.raises(c.CandleError, match="threads"):
         c.utils.set_num_threads(n)
     assert c.utils.get_num_threads() == before
+
+
+# ---- found by the fuzz harness (tests/fuzz) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("buffer", ["m", "v", "momentum"])
+def test_optimizer_state_buffers_that_are_read_only_are_refused_before_any_write(buffer):
+    ro = np.zeros((2, 2), np.float32)
+    ro.flags.writeable = False
+    p, g, fresh = c.ones(2, 2), c.ones(2, 2), lambda: c.zeros(2, 2)
+    before = p.numpy().copy()
+    with pytest.raises(c.ReadOnlyError):
+        if buffer == "momentum":
+            c.ops.optim.sgd_step(p, g, c.from_numpy(ro), False, 0.1, 0.9, 0.0, False, 0.0)
+        else:
+            m, v = (c.from_numpy(ro), fresh()) if buffer == "m" else (fresh(), c.from_numpy(ro))
+            c.ops.optim.adamw_step(p, g, m, v, 1, 0.1, 0.9, 0.99, 1e-8, 0.0)
+    assert (p.numpy() == before).all()
+
+
+@pytest.mark.parametrize("lo,hi", [(2.5, None), (None, 300), (-1, 4)])
+def test_clamp_bounds_an_integer_tensor_cannot_hold_are_refused(lo, hi):
+    with pytest.raises(c.DTypeError):
+        c.Tensor([1, 2], dtype="u8").clamp(lo, hi)
+
+
+def test_python_ints_beyond_i64_are_refused_where_integers_are_meant():
+    with pytest.raises(c.DTypeError, match="does not fit in i64"):
+        c.tensor([2**63, -1])
+    with pytest.raises(c.DTypeError, match="does not fit in u32"):
+        c.tensor([2**63, 1.5], dtype="u32")
+    assert c.tensor([2**63, -1.0]).dtype == "f32"  # a float among them: a float tensor
+    assert c.tensor([2**63, -1], dtype="f64").numpy().tolist() == [2.0**63, -1.0]
+
+
+def test_huge_python_ints_as_float_scalars():
+    assert (c.Tensor([1.0], dtype="bf16") + 2**63).numpy().astype(float).tolist() == [2.0**63]
+    with pytest.raises(c.DTypeError, match="does not fit"):
+        c.Tensor([1.0]) + 10**400
+
+
+def test_a_scalar_a_half_dtype_rounds_to_infinity_is_that_infinity():
+    h = c.Tensor([-float("inf"), 0.0], dtype="f16")
+    assert np.isnan((h + 1e10).numpy()[0]) and (h + 1e10).numpy()[1] == np.inf
+    assert np.isnan((h * 1e10).numpy()[1])
+
+
+def test_f16_std_whose_variance_overflows():
+    assert c.Tensor([1000.0, -1000.0, 0.0, 0.0, 0.0], dtype="f16").std().item() == pytest.approx(707.1, rel=1e-3)
+
+
+def test_index_ops_check_indices_when_the_output_is_empty():
+    with pytest.raises(c.IndexOutOfRangeError):
+        c.zeros(3, 0).index_add(c.Tensor([5]).to_dtype("u32"), c.zeros(3, 1), 1)
+    with pytest.raises(c.IndexOutOfRangeError):
+        c.zeros(0, 3).scatter(c.Tensor([[4]]).to_dtype("u32"), c.zeros(1, 1), 0)
+
+
+def test_logsumexp_over_an_empty_dim_is_minus_infinity():
+    assert c.zeros(2, 0).logsumexp(1).numpy().tolist() == [-np.inf, -np.inf]

@@ -30,19 +30,21 @@ class OpDef:
     - ``key``: which input's dtype keys the kernel (0: the first).
     - ``scalars``: for built-in ops whose kernel is ``k(out, x, lx, scalars...)``,
       the names of those params, in order (the fast path passes them by position).
+    - ``writes``: for an in-place op, the inputs it writes into (each must be
+      writable memory).
     """
 
-    __slots__ = ("name", "infer", "prepare", "backward", "decompose", "key", "scalars", "doc")
+    __slots__ = ("name", "infer", "prepare", "backward", "decompose", "key", "scalars", "writes", "doc")
 
     def __init__(self, name: str, infer: Callable | None = None, *, prepare: Callable | None = None,
                  backward: Callable | None = None, decompose: Callable | None = None, key: int = 0,
-                 scalars: tuple = (), doc: str = ""):
+                 scalars: tuple = (), writes: tuple = (0,), doc: str = ""):
         if not isinstance(name, str) or not name.isidentifier():
             raise PluginError(f"an op name must be an identifier, got {name!r}")
         if (infer is None) == (prepare is None):
             raise PluginError(f"op {name!r}: give it infer (custom ops) or prepare (built-in calls), not both")
-        self.name, self.infer, self.backward, self.decompose, self.key, self.scalars, self.doc = (
-            name, infer, backward, decompose, key, scalars, doc)
+        self.name, self.infer, self.backward, self.decompose, self.key, self.scalars, self.writes, self.doc = (
+            name, infer, backward, decompose, key, scalars, writes, doc)
         self.prepare = prepare if prepare is not None else self._custom_prepare
 
     def _custom_prepare(self, *inputs, **params):

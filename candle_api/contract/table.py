@@ -160,9 +160,10 @@ ROWS: tuple = tuple([
                     "lets query i see keys j <= i; rows with every key hidden are zeros"),
     # ---- optimizer steps (in place, every buffer contiguous) --------------------------------------------------
     KernelRow("adamw_step", "optim", "k(p, lp, g, lg, m, lm, v, lv, lr, beta1, beta2, eps, weight_decay, step)",
-              F32_F64, False, "the same update from elementwise ops"),
+              FLOATS, False, "the same update from elementwise ops", notes="writes p, m and v"),
     KernelRow("sgd_step", "optim", "k(p, lp, g, lg, buf, lbuf, lr, weight_decay, momentum, dampening, nesterov, "
-              "first)", F32_F64, False, "the same update from elementwise ops", notes="buf None without momentum"),
+              "first)", FLOATS, False, "the same update from elementwise ops",
+              notes="writes p and buf; buf None without momentum"),
 ])
 
 BY_NAME: dict = {r.name: r for r in ROWS}

@@ -65,6 +65,22 @@ def _cast_rules(arr: np.ndarray, dt) -> np.ndarray:
     return arr
 
 
+def _has_float(data) -> bool:
+    """Whether (nested) data holds a float, which makes Tensor(data) a float tensor."""
+    if isinstance(data, (list, tuple)):
+        return any(_has_float(item) for item in data)
+    return isinstance(data, float)
+
+
+def _refuse_ints_beyond(data, lo: int, hi: int, dtype) -> None:
+    """DTypeError for a Python int in (nested) data outside [lo, hi]."""
+    if isinstance(data, (list, tuple)):
+        for item in data:
+            _refuse_ints_beyond(item, lo, hi, dtype)
+    elif isinstance(data, int) and not lo <= data <= hi:
+        raise DTypeError(f"the value {data} does not fit in {dtype}")
+
+
 def from_array(arr: np.ndarray, dtype=None, device=None, copy: bool = True) -> Tensor:
     """A tensor from a numpy array, converting to ``dtype`` when given.
     With copy=False on a host backend the tensor shares the array's memory."""
@@ -88,7 +104,13 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, np.ndarray) or hasattr(data, "__array__") or hasattr(data, "__array_interface__"):
         dt = get_dtype(dtype) if dtype is not None else None
     else:
-        dt = get_dtype(dtype) if dtype is not None else _infer_dtype(arr)
+        dt = get_dtype(dtype) if dtype is not None else None
+        if arr.dtype.kind == "f" and arr.size and (dt.is_int if dt is not None else not _has_float(data)):
+            # NumPy turns ints mixed with floats, or past i64 ([2**63, -1]), into floats without a word: in
+            # an integer dtype the ints among them are literals, held to the integer rule one by one
+            info = np.iinfo(dt.np if dt is not None else np.int64)
+            _refuse_ints_beyond(data, int(info.min), int(info.max), dt or "i64")
+        dt = dt or _infer_dtype(arr)
     return from_array(_cast_rules(arr, dt) if dt is not None else arr, dt, device)
 
 
@@ -105,15 +127,15 @@ def _fill(shape, value, dtype, device) -> Tensor:
     dt = get_dtype(dtype) if dtype is not None else f32
     dev = get_device(device)
     out = empty(shape, dtype=dt, device=dev)
-    if out._layout.numel:
-        fill_(out, value)
+    fill_(out, value)  # an empty tensor too: the value is checked all the same
     return out
 
 
 def fill_(t: Tensor, value) -> Tensor:
     """Sets every element of t (any layout) to value, in place."""
+    value = _cast_rules(np.asarray(value), t._dtype).astype(t._dtype.np).tobytes()
     if t._layout.numel:
-        apply(FILL, t, value=_cast_rules(np.asarray(value), t._dtype).astype(t._dtype.np).tobytes())
+        apply(FILL, t, value=value)
     return t
 
 

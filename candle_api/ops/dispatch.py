@@ -76,10 +76,8 @@ def apply(op: OpDef, *inputs, **params):
     if observer is not None and observer.active():  # launch() comes back here, inactive
         return observer.run(op, dev, x._dtype, inputs, params, lambda: apply(op, *inputs, **params))
     shape, dtype, args = op.prepare(*inputs, **params) if params else op.prepare(*inputs)
-    if shape is None:  # in place, on the first input's storage
-        if not getattr(inputs[0]._storage, "writable", True):
-            raise ReadOnlyError(f"{op.name}: the tensor it writes into is read-only memory (a memory-mapped "
-                                "checkpoint, a read-only NumPy array or bytes): take a .copy() first")
+    if shape is None:  # in place, on the storages of the inputs op.writes
+        check_writable(op.name, *(inputs[i] for i in op.writes))
         k(*args)
         return None
     lay = _contig(shape)
@@ -171,6 +169,14 @@ def apply_binary(op: OpDef, a: Tensor, b: Tensor, out_dtype=None, shape=None) ->
     t = _new(Tensor)
     t._storage = out; t._layout = lay; t._dtype = out_dtype; t._device = dev; t._node = None  # noqa: E702
     return t
+
+
+def check_writable(name: str, *tensors) -> None:
+    """ReadOnlyError unless every tensor (None is skipped) is writable memory."""
+    for t in tensors:
+        if t is not None and not getattr(t._storage, "writable", True):
+            raise ReadOnlyError(f"{name}: a tensor it writes into is read-only memory (a memory-mapped "
+                                "checkpoint, a read-only NumPy array or bytes): take a .copy() first")
 
 
 def _record(op: OpDef, out: Tensor, inputs: tuple, params: dict) -> None:

@@ -15,7 +15,7 @@ import numbers
 import numpy as np
 
 from ..autograd.helpers import sum_to, where_or_zero
-from ..dtype import u8
+from ..dtype import f16, u8
 from ..errors import DTypeError
 from ..tensor import Tensor
 from .core import broadcast_shape, check_tensor, has_kernel, same_device, same_dtype
@@ -116,6 +116,8 @@ def _binary_backward(rule):
     return backward
 
 
+_AFFINE_LIMIT = {f16: 65504.0}  # f16's largest finite value (bf16's exceeds 2**53)
+
 _AFFINE = {  # scalar forms that are one affine kernel: (mul, add) from the scalar s
     ("add", False): lambda s: (1.0, s),
     ("add", True): lambda s: (1.0, s),
@@ -135,8 +137,10 @@ def binary_any(op: str, x: Tensor, other, reflected: bool = False) -> Tensor:
     if x._dtype.is_int:
         _check_int_scalar(other, x._dtype)
     affine = _AFFINE.get((op, reflected))
-    # Doubles carry integers exactly up to 2**53; larger ones take the tensor path.
-    if affine is not None and abs(other) < 2**53 and has_kernel(x._device, "affine", x._dtype):
+    # Doubles carry integers exactly up to 2**53, and the affine kernels compute in f32 at least: larger
+    # scalars, and ones a half dtype rounds to infinity, take the tensor path (the scalar in the dtype).
+    if (affine is not None and abs(other) < _AFFINE_LIMIT.get(x._dtype, 2**53)
+            and has_kernel(x._device, "affine", x._dtype)):
         mul, add = affine(float(other))
         return param("affine", x, mul, add)
     if op == "pow" and not reflected and x._dtype.is_float:
@@ -165,7 +169,13 @@ def scalar(value, dtype, device) -> Tensor:
         return t
     if dtype.is_int:
         _check_int_scalar(value, dtype)
-    t = from_array(np.array(value, dtype=dtype.np), dtype, device)
+    else:
+        try:
+            value = float(value)  # NumPy takes no Python int past 2**64 into a float dtype
+        except OverflowError:
+            raise DTypeError(f"the scalar {value} does not fit in {dtype}") from None
+    with np.errstate(over="ignore"):  # a float too large for a half dtype is its infinity, as a cast makes it
+        t = from_array(np.array(value, dtype=dtype.np), dtype, device)
     if len(_SCALARS) > 512:
         _SCALARS.clear()
     _SCALARS[key] = t
@@ -236,6 +246,10 @@ def clamp(x: Tensor, lo=None, hi=None) -> Tensor:
         if hi is not None:
             out = binary_any("minimum", out, hi)
         return out
+    if x._dtype.is_int:  # the scalar rule: a bound the dtype cannot hold exactly is an error, not a rounding
+        for bound in (lo, hi):
+            if bound is not None:
+                _check_int_scalar(bound, x._dtype)
     return param("clamp", x, -math.inf if lo is None else lo, math.inf if hi is None else hi)
 
 

@@ -258,7 +258,10 @@ def scatter(x: Tensor, ids: Tensor, src: Tensor, dim: int, accumulate: bool) -> 
     op = SCATTER_ADD if accumulate else SCATTER
     _check_ids(op.name, ids)
     check_tensor(op.name, src, "source")
-    return apply(op, x, ids, src, dim=normalize_dim(dim, x.rank))
+    dim = normalize_dim(dim, x.rank)
+    if ids._layout.numel and not x._layout.numel and ids.rank == x.rank:
+        _check_bounds(op.name, ids.flatten_all(), x.shape[dim])  # the kernel is not called for an empty output
+    return apply(op, x, ids, src, dim=dim)
 
 
 def _scatter_prepare(name: str):
@@ -308,7 +311,11 @@ def index_add(x: Tensor, ids: Tensor, src: Tensor, dim: int) -> Tensor:
     check_tensor("index_add", src, "source")
     if ids.rank != 1:
         raise ShapeError(f"index_add: indexes must be 1-d, got shape {ids.shape}")
-    return apply(INDEX_ADD, x, contiguous(ids), src, dim=normalize_dim(dim, x.rank))
+    dim = normalize_dim(dim, x.rank)
+    ids = contiguous(ids)
+    if ids.shape[0] and not x._layout.numel:
+        _check_bounds("index_add", ids, x.shape[dim])  # the kernel is not called for an empty output
+    return apply(INDEX_ADD, x, ids, src, dim=dim)
 
 
 def _index_add_prepare(x, ids, src, dim):

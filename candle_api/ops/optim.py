@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..autograd.graph import no_grad
 from ..tensor import Tensor
-from .dispatch import OpDef, apply, define
+from .dispatch import OpDef, apply, check_writable, define
 from .shape import contiguous, copy_into
 
 
@@ -19,6 +19,7 @@ def adamw_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor,
                beta1: float, beta2: float, eps: float, weight_decay: float) -> None:
     """One AdamW update (decoupled weight decay, bias-corrected moments) of
     param and its two moment buffers, in place; ``step`` counts from 1."""
+    check_writable("adamw_step", param, exp_avg, exp_avg_sq)  # before any of them changes
     grad = grad.to_dtype(param._dtype)
     hyper = dict(lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(eps),
                  weight_decay=float(weight_decay), step=int(step))
@@ -48,6 +49,7 @@ def sgd_step(param: Tensor, grad: Tensor, momentum_buf: Tensor | None, first: bo
              dampening: float, nesterov: bool, weight_decay: float) -> None:
     """One SGD update of param in place (torch.optim.SGD's rule): the momentum
     buffer, when given, is updated too (``first``: it starts as the gradient)."""
+    check_writable("sgd_step", param, momentum_buf)  # before either changes
     grad = grad.to_dtype(param._dtype)
     hyper = dict(lr=float(lr), weight_decay=float(weight_decay), momentum=float(momentum),
                  dampening=float(dampening), nesterov=bool(nesterov), first=bool(first))
@@ -73,5 +75,5 @@ def _sgd_prepare(param, grad, buf, lr, weight_decay, momentum, dampening, nester
                         momentum, dampening, nesterov, first)
 
 
-ADAMW_STEP = define(OpDef("adamw_step", prepare=_adamw_prepare, decompose=_adamw_decomposed))
-SGD_STEP = define(OpDef("sgd_step", prepare=_sgd_prepare, decompose=_sgd_decomposed))
+ADAMW_STEP = define(OpDef("adamw_step", prepare=_adamw_prepare, decompose=_adamw_decomposed, writes=(0, 2, 3)))
+SGD_STEP = define(OpDef("sgd_step", prepare=_sgd_prepare, decompose=_sgd_decomposed, writes=(0, 2)))

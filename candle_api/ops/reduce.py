@@ -3,6 +3,8 @@ argmin (kernels), and mean, var, log_sum_exp (composed from them); cumsum."""
 
 from __future__ import annotations
 
+import math
+
 from ..dtype import bf16, f16, f32, f64, u32
 from ..errors import DTypeError, ShapeError
 from ..layout import normalize_dim
@@ -142,10 +144,21 @@ def var(x: Tensor, dim, keepdim: bool, unbiased: bool = True) -> Tensor:
     )
 
 
+def std(x: Tensor, dim, keepdim: bool, unbiased: bool = True) -> Tensor:
+    """The standard deviation; halves in f32 (their variance may overflow where the deviation does not)."""
+    if x._dtype in _ACCUMULATE:
+        return cast(std(cast(x, _ACCUMULATE[x._dtype]), dim, keepdim, unbiased), x._dtype)
+    return var(x, dim, keepdim, unbiased).sqrt()
+
+
 def log_sum_exp(x: Tensor, dim, keepdim: bool) -> Tensor:
     """log(sum(exp(x))) over dim, shifting by the max so large values do not overflow."""
     require_float("log_sum_exp", x)
     dims = dims_arg("log_sum_exp", dim, x.rank)
+    if any(x.shape[d] == 0 for d in dims):  # the log of an empty sum, as NumPy and PyTorch give it
+        from .creation import full
+
+        return full(_out_shape(x.shape, dims, keepdim), -math.inf, dtype=x._dtype, device=x._device)
     m = _run("max", x, dims, True).detach()  # a shift: the result does not depend on it
     # Rows whose max is +-inf would give inf - inf = NaN: shift them by 0 instead.
     finite = (m - m) == 0

@@ -406,6 +406,9 @@ def open_sharded_index(path: Path, open_shard, format_name: str) -> TensorFile:
     if not isinstance(weight_map, dict):
         raise FormatError(path, 0, f"weight_map must be an object mapping tensor names to shard files, "
                                    f"got {brief(weight_map)}")
+    for file in weight_map.values():
+        if not isinstance(file, str):  # (a list or an object would not even hash)
+            _shard_path(path, file)  # raises, naming it
     if not isinstance(metadata, dict):
         raise FormatError(path, 0, f"metadata must be an object, got {brief(metadata)}")
     shard_paths = {file: _shard_path(path, file) for file in set(weight_map.values())}

@@ -117,12 +117,21 @@ def load_npy(path, mmap: bool = True) -> TensorFile:
     return TensorFile({_NPY_ENTRY: partial(_npy_tensor, mf, npy)}, {}, "npy", path)
 
 
+class _PythonWrites:
+    """A file seen only through its write(): NumPy then writes with it, whose errors
+    raise, instead of tofile(), which ignores a failed write (a full disk would
+    leave a torn file to be renamed over the target)."""
+
+    def __init__(self, f):
+        self.write = f.write
+
+
 def save_npy(tensors, path, metadata=None) -> None:
     items = _writable(tensors, path, metadata)
     if len(items) != 1:
         raise ValueError(f"{path}: a .npy file holds one tensor, got {len(items)}; use .npz for several")
     with atomic_write(path) as f:
-        np.lib.format.write_array(f, items[0][1].numpy(), allow_pickle=False)
+        np.lib.format.write_array(_PythonWrites(f), items[0][1].numpy(), allow_pickle=False)
 
 
 def sniff_npy(head: bytes, path) -> bool:

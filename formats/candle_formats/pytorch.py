@@ -69,8 +69,10 @@ from .pickle_vm import Function, PickleError, describe, scalar, unpickle
 MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_VERSION = 1001
 _MAGIC_PICKLE = b"\x8a\x0a" + MAGIC.to_bytes(10, "little")  # LONG1 of 10 bytes
-#: Largest data.pkl and index read.
-MAX_PICKLE = 1 << 28
+#: Largest data.pkl and index read. A state dict's pickle takes some hundred bytes a tensor (a few MiB
+#: for the largest checkpoints), and the pickle VM runs about two million opcodes a second: 16 MiB of
+#: the cheapest opcodes, which a small deflated member can carry, take it seconds, not minutes.
+MAX_PICKLE = 1 << 24
 #: Largest dim, stride, offset or storage size, in elements.
 MAX_ELEMENTS = 1 << 48
 #: Deepest nesting of containers flattened, and the flattening budget: name

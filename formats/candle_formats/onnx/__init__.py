@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from candle_api.errors import FormatError
+from candle_api.errors import DTypeError, FormatError
 from candle_api.hooks import FormatSpec, hookimpl
 
 _LAZY = {"ONNXModel": "model", "InferenceSession": "model", "TensorDescription": "model", "RunOptions": "plan",
@@ -40,7 +40,14 @@ def _load(path, mmap: bool = True):
 
     proto, path = read_model(path)
     read = TensorReader(path, mmap)
-    entries = {t.name: partial(lambda t: tensor_from_array(read(t), "cpu"), t) for t in proto.graph.initializer}
+
+    def initializer(t):
+        try:
+            return tensor_from_array(read(t), "cpu")
+        except DTypeError as exc:  # an element type candle-api cannot hold: complex, strings...
+            raise FormatError(path, None, f"initializer {t.name!r}: {exc}") from None
+
+    entries = {t.name: partial(initializer, t) for t in proto.graph.initializer}
     metadata = {"ir_version": proto.ir_version, "producer_name": proto.producer_name,
                 "producer_version": proto.producer_version,
                 "opset_import": {o.domain or "ai.onnx": o.version for o in proto.opset_import}}

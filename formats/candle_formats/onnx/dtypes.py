@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from candle_api import dtype as cd
+from candle_api.errors import DTypeError
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ _NATURAL = {cd.f32: FLOAT, cd.f64: DOUBLE, cd.f16: FLOAT16, cd.bf16: BFLOAT16, c
             cd.i32: INT32, cd.i64: INT64, cd.u32: UINT32}
 
 
-class UnsupportedTypeError(TypeError):
+class UnsupportedTypeError(DTypeError):
     """An ONNX element type candle-api cannot hold (strings, complex numbers)."""
 
 

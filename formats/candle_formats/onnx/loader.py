@@ -134,7 +134,10 @@ class TensorReader:
         except ValueError:
             raise FormatError(where, None, f"tensor {proto.name!r}: external offset/length are not integers")
         file = self._file(info.get("location", ""), proto.name)
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(proto.data_type)
+        try:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(proto.data_type)
+        except KeyError:
+            raise FormatError(where, None, f"tensor {proto.name!r}: unknown element type {proto.data_type}") from None
         shape = check_shape(list(proto.dims), where, None, proto.name)
         count = math.prod(shape)
         if dtype.kind not in "biuf":  # ml_dtypes' types (packed 4-bit, float8...) and strings

@@ -36,4 +36,9 @@ def sgd(fn, dt):
 
 
 def makers(lib) -> dict:
-    return {"adamw_step": partial(adamw, lib.cd_adamw), "sgd_step": partial(sgd, lib.cd_sgd)}
+    """The library's optimizer loops are f32 and f64; the core updates halves with elementwise ops."""
+
+    def f32_f64(make):
+        return lambda dt: make(dt) if dt.name in ("f32", "f64") else None
+
+    return {"adamw_step": f32_f64(partial(adamw, lib.cd_adamw)), "sgd_step": f32_f64(partial(sgd, lib.cd_sgd))}
