@@ -187,3 +187,14 @@ def test_index_ops_check_indices_when_the_output_is_empty():
 
 def test_logsumexp_over_an_empty_dim_is_minus_infinity():
     assert c.zeros(2, 0).logsumexp(1).numpy().tolist() == [-np.inf, -np.inf]
+
+
+@pytest.mark.parametrize("op", ["max", "min", "argmax", "argmin"])
+def test_reductions_without_identity_refuse_an_empty_dim_even_for_an_empty_output(op):
+    with pytest.raises(c.ShapeError, match="empty dim"):
+        getattr(c.zeros(1, 3, 0, 0, dtype="i32"), op)(-2)  # NumPy and PyTorch refuse it too
+
+
+def test_a_scalar_half_power_is_the_square_root():
+    out = (c.Tensor([-float("inf"), -0.0, 4.0]) ** 0.5).numpy()
+    assert np.isnan(out[0]) and out[1] == 0.0 and np.signbit(out[1]) and out[2] == 2.0

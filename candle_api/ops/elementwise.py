@@ -144,7 +144,9 @@ def binary_any(op: str, x: Tensor, other, reflected: bool = False) -> Tensor:
         mul, add = affine(float(other))
         return param("affine", x, mul, add)
     if op == "pow" and not reflected and x._dtype.is_float:
-        return param("powf", x, float(other), 0.0)
+        # x ** 0.5 is the square root, as NumPy and PyTorch take it (sqrt(-inf) is NaN where C's pow
+        # gives +inf, and sqrt keeps the sign of -0.0)
+        return unary("sqrt", x) if other == 0.5 else param("powf", x, float(other), 0.0)
     s = scalar(other, x._dtype, x._device)
     return binary(op, s, x) if reflected else binary(op, x, s)
 

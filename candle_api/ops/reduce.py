@@ -36,7 +36,7 @@ def _plan(name: str, shape: tuple, dim, keepdim: bool) -> tuple:
         dims = dims_arg(name, dim, len(shape))
         out_shape = _out_shape(shape, dims, keepdim)
         # without an identity, an empty reduced dim has no answer
-        if name not in ("sum", "prod") and any(shape[d] == 0 for d in dims) and 0 not in out_shape:
+        if name not in ("sum", "prod") and any(shape[d] == 0 for d in dims):
             raise ShapeError(f"{name}: cannot reduce an empty dim (shape {shape}, dims {list(dims)})")
         plan = (dims, out_shape)
         if key is not None:
