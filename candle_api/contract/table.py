@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: The newest contract version this candle-api knows.
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2
 
 ALL = ("u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64")
 FLOATS = ("bf16", "f16", "f32", "f64")
@@ -161,6 +161,22 @@ ROWS: tuple = tuple([
     # ---- optimizer steps (in place, every buffer contiguous) --------------------------------------------------
     KernelRow("adamw_step", "optim", "k(p, lp, g, lg, m, lm, v, lv, lr, beta1, beta2, eps, weight_decay, step)",
               FLOATS, False, "the same update from elementwise ops", notes="writes p, m and v"),
+    # ---- quantized weights (GGML block types; qtype is ggml's type id, blocks a flat u8 storage) ---------------
+    KernelRow("dequantize", "quantized", "k(out, blocks, lblocks, qtype)", ("u8",), False,
+              "the reference NumPy codec on the host, the values copied to the device", since=2,
+              notes="out (values,) f32; blocks contiguous, a whole number of blocks; bit-exact with ggml"),
+    KernelRow("quantize", "quantized", "k(out, x, lx, qtype)", ("f32",), False,
+              "the reference NumPy codec on the host, the blocks copied to the device", since=2,
+              notes="x contiguous, rows of whole blocks; out (bytes,) u8; bit-exact with ggml's reference "
+                    "quantizers"),
+    KernelRow("qmatmul", "quantized", "k(out, x, lx, blocks, lblocks, qtype, n)", ("f32",), False,
+              "the weight dequantized, then matmul", since=2,
+              notes="out (..., n) = x (..., k) contiguous @ W^T, W (n, k) in blocks; within the type's tolerance "
+                    "of the dequantized product (activations may be quantized on the fly, as ggml does)"),
+    KernelRow("qembedding", "quantized", "k(out, blocks, lblocks, ids, lids, ids_dtype, qtype, k)", ("u8",), False,
+              "index_select of the rows' blocks, then dequantize", since=2,
+              notes="out (ids, k) f32: rows ids (contiguous, any index dtype) of W (rows, k) in blocks; an id "
+                    "out of range raises IndexOutOfRangeError"),
     KernelRow("sgd_step", "optim", "k(p, lp, g, lg, buf, lbuf, lr, weight_decay, momentum, dampening, nesterov, "
               "first)", FLOATS, False, "the same update from elementwise ops",
               notes="writes p and buf; buf None without momentum"),

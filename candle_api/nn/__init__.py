@@ -16,7 +16,7 @@ from .container import ModuleDict, ModuleList, Sequential
 from .conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from .dropout import Dropout
 from .embedding import Embedding
-from .linear import Linear
+from .linear import Linear, QLinear
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, MSELoss, NLLLoss
 from .module import IncompatibleKeys, Module
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm, RmsNorm
@@ -26,7 +26,7 @@ from .var_builder import VarBuilder, VarMap
 
 __all__ = [
     "functional", "init", "loss", "Module", "IncompatibleKeys", "Parameter", "Sequential", "ModuleList",
-    "ModuleDict", "Linear", "Embedding", "LayerNorm", "RmsNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d",
+    "ModuleDict", "Linear", "QLinear", "Embedding", "LayerNorm", "RmsNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d",
     "GroupNorm", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "Dropout", "LSTM", "GRU",
     "Activation", "ReLU", "ReLU6", "GELU", "SiLU", "Sigmoid", "Tanh", "Hardsigmoid", "Hardswish", "Mish", "ELU",
     "LeakyReLU", "NLLLoss", "CrossEntropyLoss", "MSELoss", "BCEWithLogitsLoss", "HuberLoss", "VarBuilder",

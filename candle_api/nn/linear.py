@@ -35,3 +35,40 @@ class Linear(Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class QLinear(Module):
+    """y = x @ weight.T + bias with ``weight`` a QTensor kept in its GGML
+    blocks (Candle's ``QMatMul``): the product runs on the quantized weight.
+
+    ``QLinear(qtensor, bias=None)``, or :meth:`from_linear` to quantize a
+    trained :class:`Linear`. Inputs of any float dtype give outputs of that
+    dtype; gradients reach the input, not the (constant) weight."""
+
+    def __init__(self, weight, bias: Tensor | None = None) -> None:
+        from ..quantized import QTensor
+
+        super().__init__()
+        if not isinstance(weight, QTensor) or weight.rank != 2:
+            raise TypeError(f"QLinear takes a 2-d QTensor weight, got {weight!r}")
+        if bias is not None and bias.shape != (weight.shape[0],):
+            raise ShapeError(f"QLinear: bias of shape {bias.shape} for {weight.shape[0]} output features")
+        self.weight = weight
+        self.bias = bias
+        self.out_features, self.in_features = weight.shape
+
+    @classmethod
+    def from_linear(cls, linear: Linear, ggml_dtype: str) -> "QLinear":
+        """``linear`` with its weight quantized to ``ggml_dtype`` ("q4_0", "q8_0", "q4k"...)."""
+        from ..quantized import QTensor
+
+        bias = linear.bias.detach() if linear.bias is not None else None
+        return cls(QTensor.quantize(linear.weight.detach(), ggml_dtype), bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.weight.matmul_t(x)
+        return y + self.bias.to_dtype(y.dtype) if self.bias is not None else y
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"weight={self.weight.ggml_dtype}")

@@ -137,6 +137,16 @@ class _Tensors:
             raise ShapeError(f"VarBuilder: tensor {name!r} has shape {found} in the checkpoint, expected {shape}")
         return self.get_unchecked(name, dtype, device)
 
+    def get_weight(self, shape: tuple, name: str, dtype, device):
+        from ..quantized import QTensor
+
+        t = self.tensors.get(name) if name in self.tensors else None
+        if not isinstance(t, QTensor):
+            return self.get(shape, name, None, dtype, device)
+        if t.shape != shape:
+            raise ShapeError(f"VarBuilder: tensor {name!r} has shape {t.shape} in the checkpoint, expected {shape}")
+        return t.to_device(device)
+
 
 class _Zeros:
     """A VarBuilder backend answering every request with zeros."""
@@ -226,6 +236,15 @@ class VarBuilder:
         return self._backend.get(_shape(shape), self._full_name(name), init, self._dtype, self._device)
 
     get_with_hints = get
+
+    def get_weight(self, shape, name: str):
+        """A weight as the checkpoint keeps it: a QTensor stays quantized (on
+        the builder's device; Candle's quantized VarBuilder), anything else is
+        :meth:`get`."""
+        get_weight = getattr(self._backend, "get_weight", None)
+        if get_weight is None:
+            return self.get(shape, name)
+        return get_weight(_shape(shape), self._full_name(name), self._dtype, self._device)
 
     def get_unchecked(self, name: str) -> Tensor:
         """The tensor at ``prefix.name`` whatever its shape."""

@@ -1,11 +1,11 @@
-"""QTensor: a tensor kept in a GGML block format."""
+"""QTensor: a tensor kept in a GGML block format, on a device."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
-from .ggml_types import GgmlType, check_blocks, dequantize_array, get_ggml_type, quantize_array
+from .ggml_types import GgmlType, check_blocks, check_rows, get_ggml_type
 
 # Unquantized GGML types: a Tensor can use their bytes as they are.
 _PLAIN = ("f32", "f16", "bf16")
@@ -14,14 +14,18 @@ _PLAIN = ("f32", "f16", "bf16")
 class QTensor:
     """A tensor in a GGML block format (candle's ``QTensor``).
 
-    ``QTensor(data, shape, ggml_dtype)`` wraps the raw blocks ``data`` (a
-    uint8 array, kept as it is: a view of a memory-mapped file stays one).
-    ``shape`` is the logical row-major shape; each row (last dim) is a whole
-    number of blocks. :meth:`quantize` builds one from a Tensor, and
-    :meth:`dequantize` gives the f32 values back.
+    ``QTensor(data, shape, ggml_dtype)`` wraps the raw blocks ``data``: a
+    uint8 NumPy array, kept as it is (a view of a memory-mapped file stays
+    one), or a flat u8 Tensor on any device. ``shape`` is the logical
+    row-major shape; each row (last dim) is a whole number of blocks.
+
+    The blocks stay quantized on their device: :meth:`matmul_t` multiplies
+    by them (a quantized linear layer), :meth:`embedding` decodes only the
+    rows it looks up, and :meth:`quantize` builds one from a Tensor on the
+    Tensor's device. :meth:`dequantize` gives the f32 values back.
     """
 
-    __slots__ = ("_data", "_shape", "_type")
+    __slots__ = ("_data", "_blocks", "_shape", "_type")
 
     def __init__(self, data, shape, ggml_dtype):
         t = get_ggml_type(ggml_dtype)
@@ -31,16 +35,41 @@ class QTensor:
             raise ShapeError(f"a shape must be a sequence of ints, got {shape!r}") from None
         if any(d < 0 for d in shape):
             raise ShapeError(f"negative dimension in shape {shape}")
-        self._data = check_blocks(data, shape, t)
+        from ..tensor import Tensor
+
+        if isinstance(data, Tensor):
+            if data.dtype.name != "u8" or data.rank != 1:
+                raise DTypeError(f"quantized blocks must be a flat u8 tensor, got {data.dtype} of shape {data.shape}")
+            check_rows(shape, t)
+            if data.shape[0] != t.nbytes(_numel(shape)):
+                raise ShapeError(f"{t.name} data of shape {shape} takes {t.nbytes(_numel(shape))} bytes, "
+                                 f"got {data.shape[0]}")
+            self._data, self._blocks = None, data.contiguous()
+        else:
+            self._data, self._blocks = check_blocks(data, shape, t), None
         self._shape = shape
         self._type: GgmlType = t
 
     @classmethod
     def quantize(cls, tensor, ggml_dtype) -> "QTensor":
-        """``tensor`` (a Tensor of any float dtype, or array-like) in ``ggml_dtype``,
-        quantized as ggml's reference ``quantize_row_*_ref`` does."""
-        values = tensor.numpy() if hasattr(tensor, "numpy") else np.asarray(tensor, dtype=np.float32)
-        return cls(quantize_array(values, ggml_dtype), values.shape, ggml_dtype)
+        """``tensor`` (a Tensor of any float dtype, or array-like) in
+        ``ggml_dtype``, quantized on the tensor's device as ggml's reference
+        ``quantize_row_*_ref`` does (bit for bit)."""
+        from ..ops.creation import from_numpy
+        from ..ops.quantized import QUANTIZE
+        from ..tensor import Tensor
+
+        t = get_ggml_type(ggml_dtype)
+        if not isinstance(tensor, Tensor):
+            tensor = from_numpy(np.ascontiguousarray(np.asarray(tensor, dtype=np.float32)))
+        if not tensor.dtype.is_float:
+            raise DTypeError(f"quantize needs a float tensor, got {tensor.dtype}")
+        check_rows(tensor.shape, t)
+        if t.name in _PLAIN:
+            values = tensor.to_dtype(t.name).contiguous().flatten()
+            return cls(values.numpy().view(np.uint8).reshape(-1), tensor.shape, t)
+        x = tensor.to_dtype("f32").contiguous()
+        return cls(QUANTIZE(x, qtype=t.type_id), tensor.shape, t)
 
     # ---- metadata ------------------------------------------------------------------
     @property
@@ -56,40 +85,160 @@ class QTensor:
         return len(self._shape)
 
     @property
+    def device(self):
+        return self._blocks.device if self._blocks is not None else _cpu()
+
+    @property
     def data(self) -> np.ndarray:
-        """The raw blocks (flat uint8)."""
+        """The raw blocks (flat uint8, on the host)."""
+        if self._data is None:
+            self._data = np.ascontiguousarray(self._blocks.numpy())
         return self._data
 
     @property
+    def blocks(self):
+        """The raw blocks as a flat u8 Tensor on the QTensor's device."""
+        if self._blocks is None:
+            from ..ops.creation import from_numpy
+
+            # Kernels read a block's scales as f16/f32 fields: a file may place a tensor at an odd offset.
+            aligned = self._data.ctypes.data % 4 == 0
+            self._blocks = from_numpy(self._data if aligned else self._data.copy())
+        return self._blocks
+
+    @property
     def nbytes(self) -> int:
-        return self._data.size
+        return self._type.nbytes(_numel(self._shape))
 
     def __repr__(self) -> str:
         return f"QTensor[{list(self._shape)}, {self._type.name}]"
 
+    def to_device(self, device) -> "QTensor":
+        """The same blocks on ``device`` (self when already there)."""
+        from ..device import get_device
+
+        device = get_device(device)
+        if device == self.device:
+            return self
+        return QTensor(self.blocks.to_device(device), self._shape, self._type)
+
     # ---- compute -------------------------------------------------------------------
     def dequantize(self, device=None):
-        """The values as an f32 Tensor on ``device`` (default: the cpu). An f32
-        QTensor on the cpu shares its memory; f16/bf16 convert in one cast."""
-        from ..ops.creation import from_numpy
+        """The values as an f32 Tensor on ``device`` (default: the QTensor's).
+        An f32 QTensor on the cpu shares its memory; f16/bf16 convert in one cast."""
+        from ..ops.quantized import DEQUANTIZE
 
         name = self._type.name
-        if name not in _PLAIN:
-            return from_numpy(dequantize_array(self._data, self._type, self._shape), device=device)
-        values = self._data.view(self._type.block)
+        if name in _PLAIN:
+            out = self._plain().to_device(device if device is not None else self.device)
+        else:
+            out = DEQUANTIZE(self.blocks, qtype=self._type.type_id).reshape(self._shape)
+            if device is not None:
+                out = out.to_device(device)
+        return out if name == "f32" else out.to_dtype("f32")
+
+    def _plain(self):
+        """An unquantized type's values as a cpu Tensor of that dtype."""
+        from ..ops.creation import from_numpy
+
+        values = self.data.view(self._type.block)
         if not values.flags.aligned:  # a file may place tensors at odd offsets; kernels want aligned data
             values = values.copy()
-        out = from_numpy(values.reshape(self._shape), device=device)
-        return out if name == "f32" else out.to_dtype("f32")
+        return from_numpy(values.reshape(self._shape))
 
     def matmul_t(self, lhs):
         """``lhs @ self.T`` for a 2-d QTensor (a linear layer's weight of shape
-        ``(out_features, in_features)``), through the dequantized weight."""
+        ``(out_features, in_features)``), on the quantized weights: lhs
+        (..., in_features) of any float dtype, the result in lhs's dtype. The
+        gradient flows to lhs (the weights are constants)."""
+        from ..dtype import f32
+        from ..ops.quantized import qmatmul
+
         if self.rank != 2:
             raise ShapeError(f"matmul_t needs a 2-d QTensor, got shape {self._shape}")
         if not lhs.dtype.is_float:
             raise DTypeError(f"matmul_t needs a float lhs, got {lhs.dtype}")
-        weight = self.dequantize(lhs.device)
-        if weight.dtype != lhs.dtype:
-            weight = weight.to_dtype(lhs.dtype)
-        return lhs.matmul(weight.t())
+        n, k = self._shape
+        if lhs.rank == 0 or lhs.shape[-1] != k:
+            raise ShapeError(f"matmul_t: lhs of shape {lhs.shape} does not end in the weight's {k} input features")
+        if self._type.name in _PLAIN:
+            weight = self.dequantize(lhs.device)
+            return lhs.matmul((weight if weight.dtype == lhs.dtype else weight.to_dtype(lhs.dtype)).t())
+        if lhs.device != self.device:
+            _same_device("matmul_t", self, lhs)
+        x = lhs if lhs.dtype is f32 and lhs.is_contiguous() else lhs.to_dtype(f32).contiguous()
+        y = qmatmul(x, self.blocks, self._type.type_id, n)
+        return y if lhs.dtype is f32 else y.to_dtype(lhs.dtype)
+
+    def embedding(self, ids):
+        """Rows ``ids`` (a Tensor of integer ids, any shape) of a 2-d QTensor,
+        decoded to f32: shape ``ids.shape + (columns,)``. Only those rows'
+        blocks are read."""
+        from ..ops.quantized import QEMBEDDING
+
+        if self.rank != 2:
+            raise ShapeError(f"embedding needs a 2-d QTensor, got shape {self._shape}")
+        if not ids.dtype.is_int:
+            raise DTypeError(f"embedding ids must be integers, got {ids.dtype}")
+        k = self._shape[1]
+        if self._type.name in _PLAIN:
+            return self.dequantize(ids.device).index_select(ids.flatten(), 0).reshape(ids.shape + (k,))
+        _same_device("embedding", self, ids)
+        flat = ids.flatten().contiguous()
+        return QEMBEDDING(self.blocks, flat, qtype=self._type.type_id, k=k).reshape(ids.shape + (k,))
+
+    # ---- rows ----------------------------------------------------------------------
+    def follows(self, other: "QTensor") -> bool:
+        """True when ``other`` (2-d, of this type and width) starts in host memory right where this
+        one ends, in the same buffer: :meth:`cat_rows` then joins them without a copy."""
+        if (self.rank != 2 or other.rank != 2 or other._type != self._type or other._shape[1] != self._shape[1]
+                or self._data is None or other._data is None):
+            return False
+        root = _root(self._data)
+        return (root is _root(other._data) and root.ndim == 1 and root.flags.c_contiguous
+                and other._data.ctypes.data == self._data.ctypes.data + self._data.size)
+
+    @staticmethod
+    def cat_rows(parts) -> "QTensor":
+        """2-d QTensors of one type and width stacked row-wise, still quantized: a view of their
+        buffer when each follows the one before (:meth:`follows`), else a copy."""
+        from ..ops.shape import cat
+
+        parts = list(parts)
+        first = parts[0]
+        for p in parts:
+            if p.rank != 2 or p._type != first._type or p._shape[1] != first._shape[1]:
+                raise ShapeError(f"cat_rows needs 2-d QTensors of one type and width, got {p} and {first}")
+        shape = (sum(p._shape[0] for p in parts), first._shape[1])
+        if all(a.follows(b) for a, b in zip(parts, parts[1:])):
+            root = _root(first._data)
+            start = first._data.ctypes.data - root.ctypes.data
+            return QTensor(root[start:start + sum(p._data.size for p in parts)], shape, first._type)
+        return QTensor(cat([p.blocks for p in parts], 0), shape, first._type)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _root(a: np.ndarray) -> np.ndarray:
+    """The array at the bottom of a chain of NumPy views."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _cpu():
+    from ..device import get_device
+
+    return get_device("cpu")
+
+
+def _same_device(op: str, q: QTensor, t) -> None:
+    if t.device != q.device:
+        from ..errors import DeviceError
+
+        raise DeviceError(f"{op}: the QTensor is on {q.device} and its operand on {t.device}")

@@ -19,6 +19,7 @@ from candle_api import functional as F
 from candle_api import nn
 from candle_api.errors import ArgumentError
 from candle_api.ops.shape import copy_into
+from candle_api.quantized import QTensor
 
 from .rope import ROPE_TYPES, RotaryEmbedding
 
@@ -45,6 +46,9 @@ class LlamaConfig:
     mlp_bias: bool
     sliding_windows: tuple  # per layer: the attention window, or None for full attention
     model_type: str = "llama"
+    # q/k rows as llama.cpp's converter stores them (each head's rotary pairs adjacent): rotate
+    # interleaved pairs instead of halves, so quantized weights need no reordering.
+    rope_interleaved: bool = False
 
     @classmethod
     def from_dict(cls, cfg: dict) -> "LlamaConfig":
@@ -142,7 +146,8 @@ class KVCache:
 
 
 class TransposedLinear(nn.Module):
-    """A linear layer whose weight is kept transposed, (in, out) contiguous.
+    """A linear layer whose weight is kept transposed, (in, out) contiguous,
+    or, from a quantized checkpoint, kept in its blocks.
 
     Decoding multiplies one row by each weight: a matrix-vector product,
     which the cpu backend streams from the rows of W^T (its axpy form) faster
@@ -150,17 +155,61 @@ class TransposedLinear(nn.Module):
     for SmolLM2's 576-wide projections, 1.7x for its 49152 x 576 output layer
     (dot products over short rows keep too few memory streams going). ``names`` fuses
     several projections of the same input (q/k/v, gate/up) into one weight,
-    so that one product streams them all."""
+    so that one product streams them all.
+
+    Quantized weights (QTensors, rows of blocks) are multiplied as they are
+    (``QTensor.matmul_t``); parts of one type are fused by stacking their rows,
+    parts of different types (a Q4_K_M file mixes them) run one by one."""
 
     def __init__(self, vb: nn.VarBuilder, in_features: int, sizes, bias: bool, names=("",)):
         super().__init__()
         parts = [vb.pp(n) if n else vb for n in names]
-        self.weight_t = nn.Parameter(c.cat([p.get((o, in_features), "weight").t() for p, o in zip(parts, sizes)], 1))
+        weights = [p.get_weight((o, in_features), "weight") for p, o in zip(parts, sizes)]
+        self.weight_t, self.quantized = None, None
+        if any(isinstance(w, QTensor) for w in weights):
+            self.quantized = _fused_rows([w if isinstance(w, QTensor) else QTensor.quantize(w, "f32")
+                                          for w in weights])
+        else:
+            self.weight_t = nn.Parameter(c.cat([w.t() for w in weights], 1))
         self.bias = nn.Parameter(c.cat([p.get((o,), "bias") for p, o in zip(parts, sizes)], 0)) if bias else None
 
     def forward(self, x: c.Tensor) -> c.Tensor:
-        y = x.matmul(self.weight_t)
+        if self.quantized is None:
+            y = x.matmul(self.weight_t)
+        elif len(self.quantized) == 1:
+            y = self.quantized[0].matmul_t(x)
+        else:
+            y = c.cat([w.matmul_t(x) for w in self.quantized], -1)
         return y + self.bias if self.bias is not None else y
+
+
+class _QuantizedEmbedding(nn.Module):
+    """Token embeddings kept in their blocks: a lookup decodes only the rows it reads."""
+
+    def __init__(self, weight: QTensor):
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, ids: c.Tensor) -> c.Tensor:
+        return self.weight.embedding(ids)
+
+
+def _embedding(vb: nn.VarBuilder, vocab: int, hidden: int) -> nn.Module:
+    weight = vb.get_weight((vocab, hidden), "weight")
+    return _QuantizedEmbedding(weight) if isinstance(weight, QTensor) else nn.Embedding(vocab, hidden, vb=vb)
+
+
+def _fused_rows(weights: list) -> list:
+    """QTensors stacked row-wise where neighbours share a type: as few products as the types allow.
+    Parts that lie end to end in the file (a GGUF's ffn_gate and ffn_up) join without a copy; the others
+    (q, k, v: a tenth of the weights) are copied, and their pages in the file are read once."""
+    groups: list = []
+    for w in weights:
+        if groups and groups[-1][-1].ggml_dtype == w.ggml_dtype:
+            groups[-1].append(w)
+        else:
+            groups.append([w])
+    return [g[0] if len(g) == 1 else QTensor.cat_rows(g) for g in groups]
 
 
 def _attention_mask(q_len: int, offset: int, window: int | None, device) -> c.Tensor:
@@ -184,13 +233,14 @@ class LlamaAttention(nn.Module):
         self.qkv_proj = TransposedLinear(vb, config.hidden_size, (q_size, kv_size, kv_size), config.qkv_bias,
                                          ("q_proj", "k_proj", "v_proj"))
         self.o_proj = TransposedLinear(vb.pp("o_proj"), q_size, (config.hidden_size,), config.o_bias)
+        self.rope = F.rope_i if config.rope_interleaved else F.rope
 
     def forward(self, x: c.Tensor, cos: c.Tensor, sin: c.Tensor, cache: KVCache | None, layer: int,
                 masks: dict) -> c.Tensor:
         b, t, _ = x.shape
         h, kvh = self.heads, self.kv_heads
         heads = self.qkv_proj(x).reshape(b, t, h + 2 * kvh, self.head_dim).transpose(1, 2)
-        qk = F.rope(heads.narrow(1, 0, h + kvh), cos, sin)  # q and k heads are adjacent: one rope for both
+        qk = self.rope(heads.narrow(1, 0, h + kvh), cos, sin)  # q and k heads are adjacent: one rope for both
         q, k, v = qk.narrow(1, 0, h), qk.narrow(1, h, kvh), heads.narrow(1, h + kvh, kvh)
         if cache is not None:
             k, v = cache.update(layer, k, v)
@@ -246,8 +296,8 @@ class LlamaModel(nn.Module):
 
     def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, progress=None):
         super().__init__()
-        self.embed_tokens = None if config.tie_word_embeddings else nn.Embedding(
-            config.vocab_size, config.hidden_size, vb=vb.pp("embed_tokens"))
+        self.embed_tokens = None if config.tie_word_embeddings else _embedding(
+            vb.pp("embed_tokens"), config.vocab_size, config.hidden_size)
         layers = []
         for i, window in enumerate(config.sliding_windows):
             layers.append(LlamaDecoderLayer(config, vb.pp("layers").pp(i), window))
@@ -276,15 +326,19 @@ class LlamaForCausalLM(nn.Module):
     def embed(self, ids: c.Tensor) -> c.Tensor:
         if self.model.embed_tokens is not None:
             return self.model.embed_tokens(ids)
+        if self.lm_head.quantized is not None:
+            return self.lm_head.quantized[0].embedding(ids)
         return F.embedding(ids, self.lm_head.weight_t.t())
 
     @property
     def dtype(self):
-        return self.lm_head.weight_t.dtype
+        """The dtype of the activations (f32 on quantized weights)."""
+        return self.lm_head.weight_t.dtype if self.lm_head.weight_t is not None else c.f32
 
     @property
     def device(self):
-        return self.lm_head.weight_t.device
+        head = self.lm_head
+        return head.weight_t.device if head.weight_t is not None else head.quantized[0].device
 
     def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
         return KVCache(self.config, batch, capacity, self.dtype, self.device)
@@ -314,24 +368,27 @@ class LlamaForCausalLM(nn.Module):
         return self.lm_head(self.model.norm(x))
 
     @classmethod
-    def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype="f32", device="cpu", progress=None,
+    def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,
                         revision: str | None = None) -> "LlamaForCausalLM":
         """From a GGUF file, a folder with config.json and safetensors (or
         PyTorch) weights, or a Hugging Face repo id (offline from the cache).
-        ``progress`` (a :class:`~candle_models.progress.Progress`-like object
-        with ``update``) advances once per layer built."""
+        ``dtype`` None keeps a GGUF's quantized weights in their blocks (f32
+        activations) and loads other checkpoints in f32; a dtype dequantizes
+        (or converts) every weight to it. ``progress`` (a
+        :class:`~candle_models.progress.Progress`-like object with ``update``)
+        advances once per layer built."""
         from .hub import resolve
         from .llama_gguf import find_gguf, gguf_checkpoint
 
         path = resolve(repo_or_path, revision=revision)
         gguf = find_gguf(path)
         if gguf is not None:
-            config, tensors = gguf_checkpoint(gguf)
-            vb = nn.VarBuilder.from_tensors(tensors, dtype, device)
+            config, tensors = gguf_checkpoint(gguf, quantized=dtype is None)
+            vb = nn.VarBuilder.from_tensors(tensors, dtype or "f32", device)
         else:
             from .pretrained import load_folder
 
-            _, cfg, vb = load_folder(path, dtype, device)
+            _, cfg, vb = load_folder(path, dtype or "f32", device)
             config = LlamaConfig.from_dict(cfg)
         if progress is not None:
             progress.total = config.num_hidden_layers

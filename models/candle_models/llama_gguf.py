@@ -1,6 +1,7 @@
 """Llama-family GGUF files (llama.cpp's layout) as a Hugging Face checkpoint:
-the metadata as a config.json, the tensors under transformers' names,
-dequantized to f32 as they are read (native quantized matmul is for later).
+the metadata as a config.json, the tensors under transformers' names: the
+quantized matrices kept in their blocks (QTensors, multiplied as they are),
+or dequantized to f32 as they are read.
 
 llama.cpp's converter permutes the rows of attn_q/attn_k of ``llama``
 models (Llama, Mistral, SmolLM2) so that each head's rotary pairs are
@@ -11,6 +12,7 @@ are not permuted.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -108,20 +110,25 @@ def config_dict(metadata: Mapping, names) -> dict:
 
 
 class GgufTensors(Mapping):
-    """The tensors of a GGUF under transformers' names, dequantized to f32
-    when read, with llama.cpp's q/k row permutation undone."""
+    """The tensors of a GGUF under transformers' names, with llama.cpp's q/k
+    row permutation undone when ``unpermute``. Quantized matrices stay
+    QTensors when ``quantized``, else are dequantized to f32 when read."""
 
-    def __init__(self, file, unpermute: bool, heads: int, kv_heads: int):
+    def __init__(self, file, unpermute: bool, heads: int, kv_heads: int, quantized: bool = True):
         self._file = file
         self._names = {hf: g for g in file if (hf := hf_name(g)) is not None}
         self._heads = {"q_proj": heads, "k_proj": kv_heads} if unpermute else {}
-        self._last = (None, None)  # VarBuilder reads a tensor twice (shape, then values): dequantize once
+        self._quantized = quantized
+        self._last = (None, None)  # VarBuilder reads a tensor twice (shape, then values): convert once
 
-    def __getitem__(self, name: str) -> c.Tensor:
+    def __getitem__(self, name: str):
         if self._last[0] == name:
             return self._last[1]
         t = self._file[self._names[name]]
-        t = t.dequantize() if isinstance(t, QTensor) else t.to_dtype("f32")
+        if isinstance(t, QTensor) and not (self._quantized and t.rank == 2):
+            t = t.dequantize()
+        elif not isinstance(t, QTensor):
+            t = t.to_dtype("f32")
         proj = name.split(".")[-2]
         if proj in self._heads:
             t = _unpermute(t, self._heads[proj])
@@ -141,8 +148,9 @@ def _unpermute(t: c.Tensor, heads: int) -> c.Tensor:
     return t.reshape((heads, rows // heads // 2, 2) + t.shape[1:]).transpose(1, 2).reshape(t.shape)
 
 
-def gguf_checkpoint(path: Path) -> tuple[LlamaConfig, GgufTensors]:
-    """The config and the (lazily dequantized) tensors of a Llama-family GGUF."""
+def gguf_checkpoint(path: Path, quantized: bool = True) -> tuple[LlamaConfig, GgufTensors]:
+    """The config and the tensors of a Llama-family GGUF: quantized matrices
+    kept as QTensors when ``quantized``, else dequantized (lazily) to f32."""
     file = c.load(str(path))
     names = set(file)
     cfg = config_dict(file.metadata, names)
@@ -151,5 +159,8 @@ def gguf_checkpoint(path: Path) -> tuple[LlamaConfig, GgufTensors]:
         factors = factors.dequantize() if isinstance(factors, QTensor) else factors
         cfg["rope_scaling"] = {"rope_type": "freq_factors", "factors": factors.numpy().tolist()}
     config = LlamaConfig.from_dict(cfg)
-    return config, GgufTensors(file, cfg["model_type"] != "qwen2", config.num_attention_heads,
-                               config.num_key_value_heads)
+    permuted = cfg["model_type"] != "qwen2"
+    if quantized and permuted:  # keep llama.cpp's q/k row order (no copy of the blocks) and rotate pairs
+        config = dataclasses.replace(config, rope_interleaved=True)
+    return config, GgufTensors(file, permuted and not quantized, config.num_attention_heads,
+                               config.num_key_value_heads, quantized)

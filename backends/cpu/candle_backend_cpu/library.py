@@ -17,7 +17,7 @@ from candle_api.dtype import ALL_DTYPES
 from candle_api.errors import BackendUnavailableError, IndexOutOfRangeError, KernelError
 
 LIB_NAME = "libcandle_cpu.so"
-ABI_VERSION = 2
+ABI_VERSION = 3
 #: Set to load another build of the library (a sanitizer build in CI, say).
 ENV_OVERRIDE = "CANDLE_CPU_LIB"
 
@@ -70,6 +70,10 @@ SIGNATURES = {
     "cd_adamw": (c_int, [c_int32, c_int64, c_void_p, c_void_p, c_void_p, c_void_p, c_char_p]),
     "cd_sgd": (c_int, [c_int32, c_int64, c_void_p, c_void_p, c_void_p, c_char_p, c_int32, c_int32]),
     "cd_random": (c_int, [c_int32, c_int32, c_int64, c_void_p, c_uint64, c_uint64, c_double, c_double]),
+    "cd_quantize": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p]),
+    "cd_dequantize": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p]),
+    "cd_qmatmul": (c_int, [c_int32, c_int64, c_int64, c_int64, c_void_p, c_void_p, c_void_p]),
+    "cd_qembedding": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_int32, c_int64, c_void_p, c_void_p]),
 }
 
 _lib = None

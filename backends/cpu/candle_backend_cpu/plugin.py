@@ -35,6 +35,7 @@ def candle_api_backends():
             device_count=lambda: 1,
             description="C kernels (libcandle_cpu)",
             details=_details,
+            contract_version=2,  # with the quantized rows
         )
     ]
 

@@ -19,9 +19,9 @@ from candle_api.contract import BY_NAME
 from candle_api.dtype import get_dtype
 
 from .. import library
-from . import conv, elementwise, fused, index, matmul, memory, optim, reduce
+from . import conv, elementwise, fused, index, matmul, memory, optim, quantized, reduce
 
-FAMILIES = (elementwise, memory, reduce, matmul, index, conv, fused, optim)
+FAMILIES = (elementwise, memory, reduce, matmul, index, conv, fused, optim, quantized)
 
 
 def build_kernels() -> dict:

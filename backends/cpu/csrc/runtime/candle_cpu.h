@@ -25,7 +25,7 @@ extern "C" {
 
 /* Bumped whenever a signature below changes; the Python side refuses a library
  * whose version differs from the one it was written for. */
-#define CD_ABI_VERSION 2
+#define CD_ABI_VERSION 3
 
 /* Most dimensions an op accepts (the Python core enforces the same limit). */
 #define CD_MAX_DIMS 32
@@ -225,6 +225,21 @@ CD_API int cd_sgd(int32_t dtype, int64_t n, void *p, const void *g, void *m, con
  * two matrix strides]. mask is NULL, u8 (0 hides a key) or additive of dtype. */
 CD_API int cd_sdpa(int32_t dtype, const int64_t *desc, const void *q, const void *k, const void *v,
                    const void *mask, int32_t mask_dtype, void *out, double scale);
+
+/* ---- GGML block quantization ------------------------------------------ */
+/* nrows rows of ncols contiguous f32 values to and from contiguous blocks of
+ * the GGML type `type` (ggml's type id: q4_0 = 2 ... q8_K = 15, iq4_nl = 20,
+ * iq4_xs = 23, mxfp4 = 39), bit for bit as ggml's reference codecs; ncols must
+ * be a multiple of the type's block size (32 or 256). */
+CD_API int cd_quantize(int32_t type, int64_t nrows, int64_t ncols, const float *src, void *dst);
+CD_API int cd_dequantize(int32_t type, int64_t nrows, int64_t ncols, const void *src, float *dst);
+/* y (m x n, contiguous f32) = x (m x k, contiguous f32) @ W^T, W n rows of k
+ * values in blocks of the type (contiguous). */
+CD_API int cd_qmatmul(int32_t type, int64_t m, int64_t n, int64_t k, const void *w, const float *x, float *y);
+/* out (nids x k, f32) = rows ids (of the index dtype id_dtype) of W (rows x k in
+ * blocks of the type); an id outside [0, rows) fails. */
+CD_API int cd_qembedding(int32_t type, int64_t rows, int64_t k, const void *w, int32_t id_dtype, int64_t nids,
+                         const void *ids, float *out);
 
 /* ---- random ----------------------------------------------------------- */
 /* Counter-based (Philox4x32-10): element i of a call uses counter offset + i, so

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "kernels/quant.h"
 #include "runtime/candle_cpu.h"
 
 /* C (m x n, row-major, leading dim ldc) = A @ B for A, B of dtype f32, bf16 or
@@ -32,6 +33,11 @@ typedef struct {
     /* Contiguous f32 runs: the sum in double, and the max (or min), NaN when any is NaN. */
     double (*sum_f32)(const float *x, int64_t n);
     float (*extreme_f32)(const float *x, int64_t n, int is_max);
+    /* By ggml type id: a weight row's dot product with activations quantized in its act_type. */
+    cd_qdot_fn *qdot[CD_QTYPE_COUNT];
+    /* By ggml type id: rows decoded to f32 for the GEMM path (NULL: the type's own dequantizer); the
+     * same values up to the rounding of a fused multiply-add. */
+    cd_dequant_row_fn *qdecode[CD_QTYPE_COUNT];
 } cd_isa_ops;
 
 extern cd_isa_ops cd_ops;
@@ -47,6 +53,7 @@ typedef struct {
 /* arch/generic: every entry, in portable C. */
 void cd_isa_fill_generic(cd_isa_ops *ops);
 cd_gemm_fn cd_gemm_generic;
+void cd_qdot_generic(cd_isa_ops *ops);
 
 /* arch/<machine>: this architecture's sets, best first, ended by a NULL name. */
 extern const cd_isa_set cd_arch_sets[];

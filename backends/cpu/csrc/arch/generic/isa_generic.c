@@ -79,4 +79,5 @@ void cd_isa_fill_generic(cd_isa_ops *ops) {
                         .norm_row = norm_row,
                         .sum_f32 = sum_f32,
                         .extreme_f32 = extreme_f32};
+    cd_qdot_generic(ops);
 }

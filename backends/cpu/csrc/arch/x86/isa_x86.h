@@ -1,5 +1,6 @@
-/* What the x86 sources put into the ISA table: a GEMM (gemm_<set>.c) and the
- * vector math (vmath_<set>.c) per instruction set; isa_x86.c lists the sets. */
+/* What the x86 sources put into the ISA table per instruction set: a GEMM
+ * (gemm_<set>.c), the vector math (vmath_<set>.c) and the quantized dot
+ * products (qdot_<set>.c); isa_x86.c lists the sets. */
 #ifndef CANDLE_CPU_ISA_X86_H
 #define CANDLE_CPU_ISA_X86_H
 
@@ -8,5 +9,8 @@
 cd_gemm_fn cd_gemm_avx2, cd_gemm_avx512;
 void cd_vmath_avx2(cd_isa_ops *ops);
 void cd_vmath_avx512(cd_isa_ops *ops);
+/* The quantized dot products (templates/qdot_impl.h). */
+void cd_qdot_avx2(cd_isa_ops *ops);
+void cd_qdot_avx512vnni(cd_isa_ops *ops);
 
 #endif

@@ -1,0 +1,148 @@
+/* Matrix products with quantized weights, and rows looked up in them.
+ *
+ * y = x @ W^T for W (n x k) in a GGML block type and x (m x k) f32. Few rows
+ * of x (decode) quantize them once to the type's activation format and take
+ * the integer dot products of cd_ops.qdot: the weights stream from memory
+ * once, split over the threads by rows of W. Many rows (prefill) decode
+ * panels of W to f32 and run the f32 GEMM on each, so a prompt costs a GEMM
+ * plus one pass of decoding, not one weight stream per row. */
+#include "kernels/quant.h"
+#include "runtime/internal.h"
+#include "runtime/isa.h"
+
+/* From this many rows of x on, decoding W once and a GEMM beat m dot products per weight row. */
+#define QMM_GEMM_MIN_ROWS 8
+/* Bytes of f32 weights decoded per GEMM call: the panel stays in L2/L3 while the GEMM reads it. */
+#define QMM_PANEL_BYTES (2 << 20)
+/* Bytes of weights below which a task is not worth a thread. */
+#define QMM_GRAIN_BYTES (16 << 10)
+
+static const cd_qtype_info *checked_type(int32_t type, int64_t k, const char *what) {
+    const cd_qtype_info *t = cd_qtype(type);
+    if (!t) {
+        cd_fail("%s: GGML type id %d is not a quantized type candle-api handles", what, (int)type);
+        return NULL;
+    }
+    if (k % t->block_size) {
+        cd_fail("%s: %s stores rows in blocks of %d values, and a row of %lld values is not a whole number of "
+                "them", what, t->name, (int)t->block_size, (long long)k);
+        return NULL;
+    }
+    return t;
+}
+
+static int64_t rows_per_task(int64_t row_bytes) { return CD_MAX(1, QMM_GRAIN_BYTES / CD_MAX(1, row_bytes)); }
+
+/* ---- few rows: dot products ---------------------------------------------------------------------- */
+typedef struct {
+    cd_qdot_fn *dot;
+    int64_t m, n, k, w_row, act_row;
+    const char *w, *act;
+    float *y;
+} dots_ctx;
+
+static int dots_task(void *vctx, int64_t begin, int64_t end) {
+    const dots_ctx *c = vctx;
+    for (int64_t i = 0; i < c->m; i++) { /* the task's weight rows stay in L1/L2 across the rows of x */
+        const char *act = c->act + i * c->act_row;
+        float *y = c->y + i * c->n;
+        for (int64_t j = begin; j < end; j++) y[j] = c->dot(c->k, c->w + j * c->w_row, act);
+    }
+    return 0;
+}
+
+static int qmatmul_dots(const cd_qtype_info *t, int64_t m, int64_t n, int64_t k, const void *w, const float *x,
+                        float *y) {
+    const cd_qtype_info *at = cd_qtype(t->act_type);
+    const int64_t act_row = k / at->block_size * at->type_size;
+    char *act = cd_scratch(m * act_row);
+    if (!act) return -1;
+    for (int64_t i = 0; i < m; i++) at->quantize(x + i * k, act + i * act_row, k);
+    dots_ctx c = {cd_ops.qdot[t->id], m, n, k, k / t->block_size * t->type_size, act_row, w, act, y};
+    int rc = cd_parallel_for(n, rows_per_task(c.w_row), dots_task, &c);
+    cd_scratch_free(act);
+    return rc;
+}
+
+/* ---- many rows: decoded panels and the f32 GEMM ---------------------------------------------------- */
+typedef struct {
+    cd_dequant_row_fn *decode;
+    int64_t k, w_row;
+    const char *w;
+    float *out;
+} decode_ctx;
+
+static int decode_task(void *vctx, int64_t begin, int64_t end) {
+    const decode_ctx *c = vctx;
+    for (int64_t j = begin; j < end; j++) c->decode(c->w + j * c->w_row, c->out + j * c->k, c->k);
+    return 0;
+}
+
+static int qmatmul_gemm(const cd_qtype_info *t, int64_t m, int64_t n, int64_t k, const char *w, const float *x,
+                        float *y) {
+    const int64_t w_row = k / t->block_size * t->type_size;
+    const int64_t panel_rows = CD_MIN(n, CD_MAX(16, QMM_PANEL_BYTES / (k * 4)));
+    float *panel = cd_scratch(panel_rows * k * 4);
+    if (!panel) return -1;
+    int rc = 0;
+    for (int64_t j0 = 0; j0 < n && rc == 0; j0 += panel_rows) {
+        const int64_t rows = CD_MIN(panel_rows, n - j0);
+        decode_ctx c = {cd_ops.qdecode[t->id] ? cd_ops.qdecode[t->id] : t->dequantize, k, w_row, w + j0 * w_row,
+                        panel};
+        rc = cd_parallel_for(rows, rows_per_task(w_row), decode_task, &c);
+        /* y[:, j0:j0+rows] = x @ panel^T: the panel read with strides (1, k) is W^T's columns. */
+        if (rc == 0) rc = cd_ops.gemm(CD_f32, m, rows, k, x, k, 1, panel, 1, k, y + j0, n);
+    }
+    cd_scratch_free(panel);
+    return rc;
+}
+
+CD_API int cd_qmatmul(int32_t type, int64_t m, int64_t n, int64_t k, const void *w, const float *x, float *y) {
+    if (m < 0 || n < 0 || k < 0) return cd_fail("qmatmul: negative size (m %lld, n %lld, k %lld)", (long long)m,
+                                                (long long)n, (long long)k);
+    const cd_qtype_info *t = checked_type(type, k, "qmatmul");
+    if (!t) return -1;
+    if (m == 0 || n == 0) return 0;
+    if ((uintptr_t)w % 4 || (uintptr_t)x % 4 || (uintptr_t)y % 4)
+        return cd_fail("qmatmul: misaligned buffer (blocks, x and y need 4-byte alignment)");
+    if (k == 0) {
+        memset(y, 0, (size_t)(m * n) * sizeof(float));
+        return 0;
+    }
+    if (m < QMM_GEMM_MIN_ROWS && t->act_type >= 0 && cd_ops.qdot[t->id]) return qmatmul_dots(t, m, n, k, w, x, y);
+    return qmatmul_gemm(t, m, n, k, w, x, y);
+}
+
+/* ---- rows looked up: an embedding table kept quantized --------------------------------------------- */
+typedef struct {
+    const cd_qtype_info *t;
+    int64_t k, w_row, rows;
+    int32_t id_dtype;
+    const void *ids;
+    const char *w;
+    float *out;
+} rows_ctx;
+
+static int rows_task(void *vctx, int64_t begin, int64_t end) {
+    const rows_ctx *c = vctx;
+    for (int64_t i = begin; i < end; i++) {
+        const int64_t id = cd_load_index(c->id_dtype, c->ids, i);
+        if (id < 0 || id >= c->rows)
+            return cd_fail("qembedding: index %lld is out of range for a dimension of size %lld", (long long)id,
+                           (long long)c->rows);
+        c->t->dequantize(c->w + id * c->w_row, c->out + i * c->k, c->k);
+    }
+    return 0;
+}
+
+CD_API int cd_qembedding(int32_t type, int64_t rows, int64_t k, const void *w, int32_t id_dtype, int64_t nids,
+                         const void *ids, float *out) {
+    if (rows < 0 || k < 0 || nids < 0) return cd_fail("qembedding: negative size");
+    if (!cd_dtype_is_index(id_dtype))
+        return cd_fail("qembedding: ids must be of an integer dtype, got %s", cd_dtype_name(id_dtype));
+    const cd_qtype_info *t = checked_type(type, k, "qembedding");
+    if (!t) return -1;
+    if ((uintptr_t)w % 4 || (uintptr_t)out % 4) return cd_fail("qembedding: misaligned buffer (blocks need 4-byte alignment)");
+    rows_ctx c = {t, k, k / t->block_size * t->type_size, rows, id_dtype, ids, w, out};
+    return cd_parallel_for(nids, CD_MAX(1, 4096 / CD_MAX(1, k)), rows_task, &c);
+}

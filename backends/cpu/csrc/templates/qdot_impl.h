@@ -1,0 +1,391 @@
+/* The quantized dot products (kernels/quant.h) in 256-bit integer vectors,
+ * written once for AVX2 and for AVX-512 VNNI: the file that includes this
+ * defines QDOT_FILL (the name of the function that fills the ISA table) and
+ * QD_DPBUSD(acc, u, s): acc (8 int32) + the sums of 4 adjacent products of
+ * the unsigned bytes u (at most 127 here) with the signed bytes s.
+ *
+ * Every kernel follows ggml's arithmetic: integer sums per block (or
+ * sub-block), each scaled in float by the weight's and the activation's
+ * scales; q6_K's offset of 32 and the mins of the affine K types are applied
+ * through the activation's block sums (q8_K's bsums). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "runtime/internal.h"
+#include "runtime/isa.h"
+
+static inline float QD_NAME(h2f)(uint16_t h) { return _cvtsh_ss(h); }
+
+static inline float QD_NAME(hsum)(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int QD_NAME(hsum_i32)(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* 16 bytes of nibbles as 32 bytes: the low nibbles, then the high ones (the
+ * order of the values in every 32-value block of ggml's 4-bit formats). */
+static inline __m256i QD_NAME(nibbles)(const uint8_t *qs) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* 32 bits as 32 bytes: 0xff where the bit is set. */
+static inline __m256i QD_NAME(bit_bytes)(const uint8_t *bits) {
+    uint32_t x;
+    memcpy(&x, bits, 4);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x),
+                                               _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                                                 0x0101010101010101LL, 0));
+    const __m256i mask = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
+}
+
+/* The 8 int32 sums of unsigned bytes u (< 128) times signed bytes s, over 4 adjacent pairs. */
+static inline __m256i QD_NAME(dot_us)(__m256i u, __m256i s) { return QD_DPBUSD(_mm256_setzero_si256(), u, s); }
+
+/* The same for signed x times signed y (neither -128): |x| times y with x's sign. */
+static inline __m256i QD_NAME(dot_ss)(__m256i x, __m256i y) {
+    return QD_NAME(dot_us)(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+static inline __m256i QD_NAME(load)(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* ---- 32-value blocks ------------------------------------------------------------------------------ */
+static inline __m256 QD_NAME(block_q4_0)(const cd_block_q4_0 *w, const cd_block_q8_0 *a, __m256 acc) {
+    const __m256i x = _mm256_sub_epi8(QD_NAME(nibbles)(w->qs), _mm256_set1_epi8(8));
+    const __m256 d = _mm256_set1_ps(QD_NAME(h2f)(w->d) * QD_NAME(h2f)(a->d));
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(QD_NAME(dot_ss)(x, QD_NAME(load)(a->qs))), acc);
+}
+
+static float QD_NAME(dot_q4_0)(int64_t n, const void *vw, const void *va) {
+    const cd_block_q4_0 *w = vw;
+    const cd_block_q8_0 *a = va;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 1 < n / CD_QK; i += 2) {
+        acc0 = QD_NAME(block_q4_0)(w + i, a + i, acc0);
+        acc1 = QD_NAME(block_q4_0)(w + i + 1, a + i + 1, acc1);
+    }
+    if (i < n / CD_QK) acc0 = QD_NAME(block_q4_0)(w + i, a + i, acc0);
+    return QD_NAME(hsum)(_mm256_add_ps(acc0, acc1));
+}
+
+static float QD_NAME(dot_q4_1)(int64_t n, const void *vw, const void *va) {
+    const cd_block_q4_1 *w = vw;
+    const cd_block_q8_1 *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t i = 0; i < n / CD_QK; i++) {
+        const __m256 d = _mm256_set1_ps(QD_NAME(h2f)(w[i].d) * QD_NAME(h2f)(a[i].d));
+        const __m256i p = QD_NAME(dot_us)(QD_NAME(nibbles)(w[i].qs), QD_NAME(load)(a[i].qs));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+        mins += QD_NAME(h2f)(w[i].m) * QD_NAME(h2f)(a[i].s);
+    }
+    return QD_NAME(hsum)(acc) + mins;
+}
+
+static float QD_NAME(dot_q5_0)(int64_t n, const void *vw, const void *va) {
+    const cd_block_q5_0 *w = vw;
+    const cd_block_q8_0 *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CD_QK; i++) {
+        /* q - 16: a value whose fifth bit is clear is its nibble with the high bits all set. */
+        const __m256i high = _mm256_andnot_si256(QD_NAME(bit_bytes)(w[i].qh), _mm256_set1_epi8((char)0xf0));
+        const __m256i x = _mm256_or_si256(QD_NAME(nibbles)(w[i].qs), high);
+        const __m256 d = _mm256_set1_ps(QD_NAME(h2f)(w[i].d) * QD_NAME(h2f)(a[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(QD_NAME(dot_ss)(x, QD_NAME(load)(a[i].qs))), acc);
+    }
+    return QD_NAME(hsum)(acc);
+}
+
+static float QD_NAME(dot_q5_1)(int64_t n, const void *vw, const void *va) {
+    const cd_block_q5_1 *w = vw;
+    const cd_block_q8_1 *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t i = 0; i < n / CD_QK; i++) {
+        const __m256i high = _mm256_and_si256(QD_NAME(bit_bytes)(w[i].qh), _mm256_set1_epi8(0x10));
+        const __m256i x = _mm256_or_si256(QD_NAME(nibbles)(w[i].qs), high);
+        const __m256 d = _mm256_set1_ps(QD_NAME(h2f)(w[i].d) * QD_NAME(h2f)(a[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(QD_NAME(dot_us)(x, QD_NAME(load)(a[i].qs))), acc);
+        mins += QD_NAME(h2f)(w[i].m) * QD_NAME(h2f)(a[i].s);
+    }
+    return QD_NAME(hsum)(acc) + mins;
+}
+
+static float QD_NAME(dot_q8_0)(int64_t n, const void *vw, const void *va) {
+    const cd_block_q8_0 *w = vw;
+    const cd_block_q8_0 *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CD_QK; i++) {
+        const __m256 d = _mm256_set1_ps(QD_NAME(h2f)(w[i].d) * QD_NAME(h2f)(a[i].d));
+        const __m256i p = QD_NAME(dot_ss)(QD_NAME(load)(w[i].qs), QD_NAME(load)(a[i].qs));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    }
+    return QD_NAME(hsum)(acc);
+}
+
+/* 16 signed levels in both 128-bit lanes, for a byte shuffle to look nibbles up in. */
+static inline __m256i QD_NAME(levels)(const int8_t table[16]) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)table);
+    return _mm256_set_m128i(t, t);
+}
+
+static float QD_NAME(dot_iq4_nl)(int64_t n, const void *vw, const void *va) {
+    const cd_block_iq4_nl *w = vw;
+    const cd_block_q8_0 *a = va;
+    const __m256i table = QD_NAME(levels)(cd_kvalues_iq4nl);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CD_QK; i++) {
+        const __m256i x = _mm256_shuffle_epi8(table, QD_NAME(nibbles)(w[i].qs));
+        const __m256 d = _mm256_set1_ps(QD_NAME(h2f)(w[i].d) * QD_NAME(h2f)(a[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(QD_NAME(dot_ss)(x, QD_NAME(load)(a[i].qs))), acc);
+    }
+    return QD_NAME(hsum)(acc);
+}
+
+static float QD_NAME(dot_mxfp4)(int64_t n, const void *vw, const void *va) {
+    const cd_block_mxfp4 *w = vw;
+    const cd_block_q8_0 *a = va;
+    const __m256i table = QD_NAME(levels)(cd_kvalues_mxfp4);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CD_QK; i++) {
+        const __m256i x = _mm256_shuffle_epi8(table, QD_NAME(nibbles)(w[i].qs));
+        const __m256 d = _mm256_set1_ps(cd_e8m0_to_f32_half(w[i].e) * QD_NAME(h2f)(a[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(QD_NAME(dot_ss)(x, QD_NAME(load)(a[i].qs))), acc);
+    }
+    return QD_NAME(hsum)(acc);
+}
+
+/* ---- 256-value super-blocks, with q8_K activations ------------------------------------------------- */
+
+/* q4_K and q5_K's eight 6-bit scales and mins, unpacked from their 12 bytes. */
+static inline void QD_NAME(scale_min_k4)(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = q[j] & 63;
+        mn[j] = q[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((q[j + 8] & 0xf) | ((q[j] >> 6) << 4));
+        mn[j + 4] = (uint8_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
+    }
+}
+
+/* The sum over the 8 sub-blocks of 32 of mins[j] times the activations' sum there. */
+static inline int QD_NAME(mins_dot)(const uint8_t mn[8], const int16_t *bsums) {
+    int s = 0;
+    for (int j = 0; j < 8; j++) s += mn[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+    return s;
+}
+
+/* Shared by q4_K and q5_K: the 4 pairs of sub-blocks of 32 values (low nibbles,
+ * then high ones, of 32 bytes each), with q5_K's fifth bits from qh. */
+static inline float QD_NAME(dot_k45)(int64_t n, const void *vw, const void *va, int five) {
+    const cd_block_q8_K *a = va;
+    const int64_t nb = n / CD_QK_K;
+    const size_t size = five ? sizeof(cd_block_q5_K) : sizeof(cd_block_q4_K);
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        const cd_block_q4_K *b = (const cd_block_q4_K *)((const char *)vw + i * size); /* d, dmin, scales alike */
+        const uint8_t *qs = five ? ((const cd_block_q5_K *)b)->qs : b->qs;
+        uint8_t sc[8], mn[8];
+        QD_NAME(scale_min_k4)(b->scales, sc, mn);
+        const float dy = a[i].d;
+        mins += QD_NAME(h2f)(b->dmin) * dy * (float)QD_NAME(mins_dot)(mn, a[i].bsums);
+        const __m256i hbits = five ? QD_NAME(load)(((const cd_block_q5_K *)b)->qh) : _mm256_setzero_si256();
+        __m256i sum = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = QD_NAME(load)(qs + 32 * j);
+            __m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+            if (five) {
+                const __m256i one = _mm256_set1_epi8(1);
+                lo = _mm256_add_epi8(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
+                hi = _mm256_add_epi8(hi,
+                                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
+            }
+            const __m256i plo = QD_NAME(dot_us)(lo, QD_NAME(load)(a[i].qs + 64 * j));
+            const __m256i phi = QD_NAME(dot_us)(hi, QD_NAME(load)(a[i].qs + 64 * j + 32));
+            sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(plo, _mm256_set1_epi32(sc[2 * j])));
+            sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(phi, _mm256_set1_epi32(sc[2 * j + 1])));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(QD_NAME(h2f)(b->d) * dy), _mm256_cvtepi32_ps(sum), acc);
+    }
+    return QD_NAME(hsum)(acc) - mins;
+}
+
+static float QD_NAME(dot_q4_K)(int64_t n, const void *w, const void *a) { return QD_NAME(dot_k45)(n, w, a, 0); }
+static float QD_NAME(dot_q5_K)(int64_t n, const void *w, const void *a) { return QD_NAME(dot_k45)(n, w, a, 1); }
+
+/* q6_K's unsigned 6-bit levels of 128 values: 4 runs of 32 from 64 bytes of low nibbles and 32 of
+ * high bit pairs. */
+static inline void QD_NAME(q6_levels)(const uint8_t *ql, __m256i qh, __m256i q[4]) {
+    const __m256i low = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
+    const __m256i l0 = QD_NAME(load)(ql), l1 = QD_NAME(load)(ql + 32);
+    for (int k = 0; k < 4; k++) {
+        const __m256i nib = _mm256_and_si256(k < 2 ? (k ? l1 : l0) : _mm256_srli_epi16(k == 2 ? l0 : l1, 4), low);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), two);
+        q[k] = _mm256_or_si256(nib, _mm256_slli_epi16(high, 4));
+    }
+}
+
+static float QD_NAME(dot_q6_K)(int64_t n, const void *vw, const void *va) {
+    const cd_block_q6_K *w = vw;
+    const cd_block_q8_K *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    float offsets = 0;
+    for (int64_t i = 0; i < n / CD_QK_K; i++) {
+        const int8_t *sc = w[i].scales;
+        const float d = QD_NAME(h2f)(w[i].d) * a[i].d;
+        /* The levels are q - 32 with q unsigned: take 32 times the activations' scaled sums off at the end. */
+        int offset = 0;
+        for (int g = 0; g < 16; g++) offset += sc[g] * a[i].bsums[g];
+        offsets += d * (float)offset;
+        __m256i sum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) { /* halves of 128 values */
+            const uint8_t *ql = w[i].ql + 64 * h;
+            const __m256i qh = QD_NAME(load)(w[i].qh + 32 * h);
+            __m256i q[4];
+            QD_NAME(q6_levels)(ql, qh, q);
+            for (int k = 0; k < 4; k++) {
+                /* 32 values with two scales: the first 16 (low 128-bit lane) and the next 16. */
+                const __m256i p = QD_NAME(dot_us)(q[k], QD_NAME(load)(a[i].qs + 128 * h + 32 * k));
+                const int s0 = sc[8 * h + 2 * k], s1 = sc[8 * h + 2 * k + 1];
+                sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(p, _mm256_setr_epi32(s0, s0, s0, s0, s1, s1, s1, s1)));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum), acc);
+    }
+    return QD_NAME(hsum)(acc) - 32.0f * offsets;
+}
+
+static float QD_NAME(dot_iq4_xs)(int64_t n, const void *vw, const void *va) {
+    const cd_block_iq4_xs *w = vw;
+    const cd_block_q8_K *a = va;
+    const __m256i table = QD_NAME(levels)(cd_kvalues_iq4nl);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CD_QK_K; i++) {
+        __m256i sum = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) { /* sub-blocks of 32 with a 6-bit scale, offset by 32 */
+            const int ls = ((w[i].scales_l[j / 2] >> 4 * (j % 2)) & 0xf) | (((w[i].scales_h >> 2 * j) & 3) << 4);
+            const __m256i x = _mm256_shuffle_epi8(table, QD_NAME(nibbles)(w[i].qs + 16 * j));
+            const __m256i p = QD_NAME(dot_ss)(x, QD_NAME(load)(a[i].qs + 32 * j));
+            sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(p, _mm256_set1_epi32(ls - 32)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(QD_NAME(h2f)(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sum), acc);
+    }
+    return QD_NAME(hsum)(acc);
+}
+
+/* ---- rows decoded to f32 for the GEMM path of kernels/quant_matmul.c ------------------------------------ */
+
+/* y[0..32) = q * d + m for 32 signed bytes q, with scale d0 for the first 16 and d1 for the rest. */
+static inline void QD_NAME(store16x2)(__m256i q, __m256 d0, __m256 d1, __m256 m, float *y) {
+    const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+    for (int h = 0; h < 2; h++) {
+        const __m256 d = h ? d1 : d0;
+        const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(halves[h]));
+        const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(halves[h], 8)));
+        _mm256_storeu_ps(y + 16 * h, _mm256_fmadd_ps(lo, d, m));
+        _mm256_storeu_ps(y + 16 * h + 8, _mm256_fmadd_ps(hi, d, m));
+    }
+}
+
+static inline void QD_NAME(store32)(__m256i q, __m256 d, __m256 m, float *y) { QD_NAME(store16x2)(q, d, d, m, y); }
+
+static void QD_NAME(decode_q4_0)(const void *vb, float *y, int64_t n) {
+    const cd_block_q4_0 *b = vb;
+    for (int64_t i = 0; i < n / CD_QK; i++, y += CD_QK)
+        QD_NAME(store32)(_mm256_sub_epi8(QD_NAME(nibbles)(b[i].qs), _mm256_set1_epi8(8)),
+                         _mm256_set1_ps(QD_NAME(h2f)(b[i].d)), _mm256_setzero_ps(), y);
+}
+
+static void QD_NAME(decode_q4_1)(const void *vb, float *y, int64_t n) {
+    const cd_block_q4_1 *b = vb;
+    for (int64_t i = 0; i < n / CD_QK; i++, y += CD_QK)
+        QD_NAME(store32)(QD_NAME(nibbles)(b[i].qs), _mm256_set1_ps(QD_NAME(h2f)(b[i].d)),
+                         _mm256_set1_ps(QD_NAME(h2f)(b[i].m)), y);
+}
+
+static void QD_NAME(decode_q8_0)(const void *vb, float *y, int64_t n) {
+    const cd_block_q8_0 *b = vb;
+    for (int64_t i = 0; i < n / CD_QK; i++, y += CD_QK)
+        QD_NAME(store32)(QD_NAME(load)(b[i].qs), _mm256_set1_ps(QD_NAME(h2f)(b[i].d)), _mm256_setzero_ps(), y);
+}
+
+static void QD_NAME(decode_q4_K)(const void *vb, float *y, int64_t n) {
+    const cd_block_q4_K *b = vb;
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    for (int64_t i = 0; i < n / CD_QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        QD_NAME(scale_min_k4)(b[i].scales, sc, mn);
+        const float d = QD_NAME(h2f)(b[i].d), dmin = QD_NAME(h2f)(b[i].dmin);
+        for (int j = 0; j < 4; j++, y += 64) {
+            const __m256i q = QD_NAME(load)(b[i].qs + 32 * j);
+            QD_NAME(store32)(_mm256_and_si256(q, low), _mm256_set1_ps(d * sc[2 * j]),
+                             _mm256_set1_ps(-dmin * mn[2 * j]), y);
+            QD_NAME(store32)(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), _mm256_set1_ps(d * sc[2 * j + 1]),
+                             _mm256_set1_ps(-dmin * mn[2 * j + 1]), y + 32);
+        }
+    }
+}
+
+static void QD_NAME(decode_q6_K)(const void *vb, float *y, int64_t n) {
+    const cd_block_q6_K *b = vb;
+    const __m256i off = _mm256_set1_epi8(32);
+    for (int64_t i = 0; i < n / CD_QK_K; i++) {
+        const float d = QD_NAME(h2f)(b[i].d);
+        for (int h = 0; h < 2; h++, y += 128) {
+            const uint8_t *ql = b[i].ql + 64 * h;
+            const int8_t *sc = b[i].scales + 8 * h;
+            const __m256i qh = QD_NAME(load)(b[i].qh + 32 * h);
+            __m256i q[4];
+            QD_NAME(q6_levels)(ql, qh, q);
+            for (int k = 0; k < 4; k++)
+                QD_NAME(store16x2)(_mm256_sub_epi8(q[k], off), _mm256_set1_ps(d * sc[2 * k]),
+                                   _mm256_set1_ps(d * sc[2 * k + 1]), _mm256_setzero_ps(), y + 32 * k);
+        }
+    }
+}
+
+static void QD_NAME(decode_iq4_xs)(const void *vb, float *y, int64_t n) {
+    const cd_block_iq4_xs *b = vb;
+    const __m256i table = QD_NAME(levels)(cd_kvalues_iq4nl);
+    for (int64_t i = 0; i < n / CD_QK_K; i++) {
+        const float d = QD_NAME(h2f)(b[i].d);
+        for (int j = 0; j < 8; j++, y += 32) {
+            const int ls = ((b[i].scales_l[j / 2] >> 4 * (j % 2)) & 0xf) | (((b[i].scales_h >> 2 * j) & 3) << 4);
+            QD_NAME(store32)(_mm256_shuffle_epi8(table, QD_NAME(nibbles)(b[i].qs + 16 * j)),
+                             _mm256_set1_ps(d * (float)(ls - 32)), _mm256_setzero_ps(), y);
+        }
+    }
+}
+
+void QDOT_FILL(cd_isa_ops *ops) {
+    ops->qdecode[CD_Q4_0] = QD_NAME(decode_q4_0);
+    ops->qdecode[CD_Q4_1] = QD_NAME(decode_q4_1);
+    ops->qdecode[CD_Q8_0] = QD_NAME(decode_q8_0);
+    ops->qdecode[CD_Q4_K] = QD_NAME(decode_q4_K);
+    ops->qdecode[CD_Q6_K] = QD_NAME(decode_q6_K);
+    ops->qdecode[CD_IQ4_XS] = QD_NAME(decode_iq4_xs);
+    ops->qdot[CD_Q4_0] = QD_NAME(dot_q4_0);
+    ops->qdot[CD_Q4_1] = QD_NAME(dot_q4_1);
+    ops->qdot[CD_Q5_0] = QD_NAME(dot_q5_0);
+    ops->qdot[CD_Q5_1] = QD_NAME(dot_q5_1);
+    ops->qdot[CD_Q8_0] = QD_NAME(dot_q8_0);
+    ops->qdot[CD_IQ4_NL] = QD_NAME(dot_iq4_nl);
+    ops->qdot[CD_MXFP4] = QD_NAME(dot_mxfp4);
+    ops->qdot[CD_Q4_K] = QD_NAME(dot_q4_K);
+    ops->qdot[CD_Q5_K] = QD_NAME(dot_q5_K);
+    ops->qdot[CD_Q6_K] = QD_NAME(dot_q6_K);
+    ops->qdot[CD_IQ4_XS] = QD_NAME(dot_iq4_xs);
+}

@@ -1,0 +1,120 @@
+"""The quantized rows of the contract (quantize, dequantize, qmatmul,
+qembedding) on every GGML type, against the reference NumPy codecs.
+
+Quantize and dequantize are bit-exact. A quantized product may quantize its
+activations on the fly as ggml does (Q8_0, Q8_1 or Q8_K blocks, 127 levels
+each side of zero), so it is checked against the exact product of the
+dequantized weights within the bound that rounding allows: per block, half a
+step of the activation's scale (plus its f16 rounding) times the sum of the
+weights' magnitudes there, and f32 rounding."""
+
+import numpy as np
+import pytest
+
+from candle_api.device import get_device
+from candle_api.errors import CandleError, IndexOutOfRangeError
+from candle_api.ops.creation import from_numpy, tensor
+from candle_api.quantized import GGML_TYPES, QTensor, dequantize_array, quantize_array
+
+#: Every quantized type (f32/f16/bf16 are plain) but the activation-only Q8_K.
+TYPES = [name for name, t in GGML_TYPES.items() if t.block_size > 1 and name != "q8k"]
+#: The kernels these tests exercise (for test_coverage).
+KERNELS = {("quantize", "f32"), ("dequantize", "u8"), ("qmatmul", "f32"), ("qembedding", "u8")}
+
+
+def _weights(rng, rows: int, cols: int) -> np.ndarray:
+    """Rows of several kinds: normal, with an outlier, all zero, constant, tiny."""
+    w = rng.standard_normal((rows, cols)).astype(np.float32)
+    w[0, 3] = 25.0
+    if rows > 3:
+        w[1] = 0
+        w[2] = 0.75
+        w[3] *= 1e-6
+    return w
+
+
+def _cols(name: str) -> int:
+    return 2 * GGML_TYPES[name].block_size
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_quantize_dequantize_bit_exact(candle_device, name):
+    device = get_device(candle_device)
+    rng = np.random.default_rng(1)
+    w = _weights(rng, 5, _cols(name))
+    q = QTensor.quantize(from_numpy(w).to_device(device), name)
+    want = quantize_array(w, name)
+    assert q.device == device
+    np.testing.assert_array_equal(q.data, want)
+    np.testing.assert_array_equal(q.dequantize().numpy(), dequantize_array(want, name, w.shape))
+
+
+def _act_error_bound(x: np.ndarray, wq: np.ndarray, block: int) -> np.ndarray:
+    """The most that quantizing each block of x's rows (127 steps of amax / 127, scale rounded to f16)
+    can move x @ wq.T."""
+    m, k = x.shape
+    step = np.abs(x.reshape(m, k // block, block)).max(-1) / 127           # (m, blocks)
+    mass = np.abs(wq.reshape(len(wq), k // block, block)).sum(-1)          # (n, blocks)
+    return 0.6 * step.astype(np.float64) @ mass.T.astype(np.float64)
+
+
+@pytest.mark.parametrize("m", [1, 3, 9])
+@pytest.mark.parametrize("name", TYPES)
+def test_qmatmul_within_rounding(candle_device, name, m):
+    device = get_device(candle_device)
+    rng = np.random.default_rng(2 + m)
+    k, n = _cols(name), 37
+    w = _weights(rng, n, k)
+    x = rng.standard_normal((2, m, k)).astype(np.float32)
+    q = QTensor.quantize(from_numpy(w).to_device(device), name)
+    y = q.matmul_t(from_numpy(x).to_device(device))
+    assert y.shape == (2, m, n) and y.dtype.name == "f32"
+    wq = dequantize_array(quantize_array(w, name), name, w.shape).astype(np.float64)
+    flat = x.reshape(-1, k)
+    want = flat.astype(np.float64) @ wq.T
+    # Activations are quantized in blocks as long as the weight's (Q8_0/Q8_1: 32 values, Q8_K: 256).
+    bound = _act_error_bound(flat, wq, GGML_TYPES[name].block_size) + 1e-5 * (np.abs(flat) @ np.abs(wq).T) + 1e-6
+    err = np.abs(y.numpy().reshape(-1, n) - want)
+    assert (err <= bound).all(), f"{name}: worst error {err.max():.3g} beyond its bound {bound.flat[err.argmax()]:.3g}"
+
+
+def test_qmatmul_half_inputs_and_gradient(candle_device):
+    device = get_device(candle_device)
+    rng = np.random.default_rng(3)
+    w = _weights(rng, 6, 64)
+    q = QTensor.quantize(from_numpy(w).to_device(device), "q8_0")
+    x = from_numpy(rng.standard_normal((4, 64)).astype(np.float32)).to_device(device)
+    assert q.matmul_t(x.to_dtype("bf16")).dtype.name == "bf16"
+    leaf = x.detach().requires_grad_()
+    q.matmul_t(leaf).sum_all().backward()
+    wq = q.dequantize().numpy()
+    np.testing.assert_allclose(leaf.grad.numpy(), np.broadcast_to(wq.sum(0), (4, 64)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_qembedding_decodes_the_rows(candle_device, name):
+    device = get_device(candle_device)
+    rng = np.random.default_rng(4)
+    w = _weights(rng, 7, _cols(name))
+    q = QTensor.quantize(from_numpy(w).to_device(device), name)
+    ids = tensor([[6, 0], [2, 2]], dtype="u32", device=device)
+    got = q.embedding(ids)
+    assert got.shape == (2, 2, w.shape[1])
+    want = dequantize_array(quantize_array(w, name), name, w.shape)
+    np.testing.assert_array_equal(got.numpy(), want[[[6, 0], [2, 2]]])
+    with pytest.raises(IndexOutOfRangeError):
+        q.embedding(tensor([7], dtype="i64", device=device))
+
+
+def test_bad_blocks_are_refused(candle_device):
+    device = get_device(candle_device)
+    blocks = from_numpy(np.zeros(18 * 4, np.uint8)).to_device(device)  # four q4_0 blocks
+    with pytest.raises(CandleError, match="takes 72 bytes"):
+        QTensor(blocks.narrow(0, 0, 70), (2, 64), "q4_0")
+    with pytest.raises(CandleError, match="multiple of 32"):
+        QTensor(blocks, (4, 36), "q4_0")
+    with pytest.raises(CandleError, match="unknown GGML type"):
+        QTensor(blocks, (2, 64), "q4_9")
+    q = QTensor(blocks, (2, 64), "q4_0")
+    with pytest.raises(CandleError, match="input features"):
+        q.matmul_t(from_numpy(np.zeros((1, 32), np.float32)).to_device(device))
