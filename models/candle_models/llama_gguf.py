@@ -26,12 +26,13 @@ from .llama import LlamaConfig
 #: general.architecture -> config.json model_type (llama.cpp writes Mistral and SmolLM2 as llama).
 ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2"}
 
-_GLOBAL = {
+#: llama.cpp's tensor names -> transformers' (read here, written by gguf_export).
+GLOBAL_NAMES = {
     "token_embd": "model.embed_tokens",
     "output_norm": "model.norm",
     "output": "lm_head",
 }
-_BLOCK = {
+BLOCK_NAMES = {
     "attn_norm": "input_layernorm",
     "attn_q": "self_attn.q_proj",
     "attn_k": "self_attn.k_proj",
@@ -50,9 +51,9 @@ def hf_name(gguf_name: str) -> str | None:
     match = _BLOCK_NAME.match(gguf_name)
     if match:
         layer, part, kind = match.groups()
-        return f"model.layers.{layer}.{_BLOCK[part]}.{kind}" if part in _BLOCK else None
+        return f"model.layers.{layer}.{BLOCK_NAMES[part]}.{kind}" if part in BLOCK_NAMES else None
     stem, _, kind = gguf_name.rpartition(".")
-    return f"{_GLOBAL[stem]}.{kind}" if stem in _GLOBAL else None
+    return f"{GLOBAL_NAMES[stem]}.{kind}" if stem in GLOBAL_NAMES else None
 
 
 def find_gguf(path: Path) -> Path | None:
@@ -100,6 +101,7 @@ def config_dict(metadata: Mapping, names) -> dict:
         "max_position_embeddings": key("context_length", 4096),
         "tie_word_embeddings": "output.weight" not in names,
         "attention_bias": "blk.0.attn_output.bias" in names,
+        "mlp_bias": "blk.0.ffn_down.bias" in names,
     }
     scaling = key("rope.scaling.type", "none")
     if scaling == "linear":

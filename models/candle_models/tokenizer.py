@@ -160,7 +160,7 @@ def _jinja_env():
     return env
 
 
-def _token_text(value) -> str | None:
+def token_text(value) -> str | None:
     """A special token as tokenizer_config.json writes it: a string or {"content": ...}."""
     return value.get("content") if isinstance(value, dict) else value
 
@@ -211,17 +211,17 @@ class Tokenizer:
             inner = tokenizers.Tokenizer.from_file(str(path))
         except Exception as exc:  # tokenizers raises a plain Exception for malformed files
             raise FormatError(path, None, f"not a valid tokenizer.json: {exc}") from None
-        config = _read_json(folder / "tokenizer_config.json")
+        config = read_json_object(folder / "tokenizer_config.json")
         template = config.get("chat_template")
         if isinstance(template, list):  # named templates: the default one
             template = next((t["template"] for t in template if t.get("name") == "default"), None)
         if (folder / "chat_template.jinja").exists():
             template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
-        eos = _read_json(folder / "generation_config.json").get("eos_token_id")
+        eos = read_json_object(folder / "generation_config.json").get("eos_token_id")
         if eos is None:
-            eos = _read_json(folder / "config.json").get("eos_token_id")
+            eos = read_json_object(folder / "config.json").get("eos_token_id")
         eos_ids = eos if isinstance(eos, list) else [] if eos is None else [eos]
-        return cls(inner, template, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")),
+        return cls(inner, template, token_text(config.get("bos_token")), token_text(config.get("eos_token")),
                    eos_ids)
 
     @classmethod
@@ -288,7 +288,7 @@ class Tokenizer:
         return ids[0] if ids and ids[0] in special and special[ids[0]].special else None
 
 
-def _read_json(path: Path) -> dict:
+def read_json_object(path: Path) -> dict:
     if not path.exists():
         return {}
     try:
