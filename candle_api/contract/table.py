@@ -172,7 +172,8 @@ ROWS: tuple = tuple([
     KernelRow("qmatmul", "quantized", "k(out, x, lx, blocks, lblocks, qtype, n)", ("f32",), False,
               "the weight dequantized, then matmul", since=2,
               notes="out (..., n) = x (..., k) contiguous @ W^T, W (n, k) in blocks; within the type's tolerance "
-                    "of the dequantized product (activations may be quantized on the fly, as ggml does)"),
+                    "of the dequantized product (activations may be quantized on the fly as ggml does, or both "
+                    "operands rounded to bf16 for a GEMM)"),
     KernelRow("qembedding", "quantized", "k(out, blocks, lblocks, ids, lids, ids_dtype, qtype, k)", ("u8",), False,
               "index_select of the rows' blocks, then dequantize", since=2,
               notes="out (ids, k) f32: rows ids (contiguous, any index dtype) of W (rows, k) in blocks; an id "
