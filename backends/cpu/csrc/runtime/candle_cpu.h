@@ -226,6 +226,14 @@ CD_API int cd_sgd(int32_t dtype, int64_t n, void *p, const void *g, void *m, con
 CD_API int cd_sdpa(int32_t dtype, const int64_t *desc, const void *q, const void *k, const void *v,
                    const void *mask, int32_t mask_dtype, void *out, double scale);
 
+/* ---- GGML block quantization ------------------------------------------ */
+/* nrows rows of ncols contiguous f32 values to and from contiguous blocks of
+ * the GGML type `type` (ggml's type id: q4_0 = 2 ... q8_K = 15, iq4_nl = 20,
+ * iq4_xs = 23, mxfp4 = 39), bit for bit as ggml's reference codecs; ncols must
+ * be a multiple of the type's block size (32 or 256). */
+CD_API int cd_quantize(int32_t type, int64_t nrows, int64_t ncols, const float *src, void *dst);
+CD_API int cd_dequantize(int32_t type, int64_t nrows, int64_t ncols, const void *src, float *dst);
+
 /* ---- random ----------------------------------------------------------- */
 /* Counter-based (Philox4x32-10): element i of a call uses counter offset + i, so
  * the stream does not depend on the thread count. dist 0 = uniform [p0, p1),
