@@ -1,5 +1,5 @@
 """Helpers shared by the block codecs: building block records, ggml's
-rounding rules and the bit packings the block layouts use.
+rounding rules and float sums, and the bit packings the block layouts use.
 
 Every function works on all blocks at once (one block, or sub-block, per
 row); nothing here loops over blocks.
@@ -36,15 +36,43 @@ def inverse(d: np.ndarray) -> np.ndarray:
 
 def signed_absmax(x: np.ndarray) -> np.ndarray:
     """Per row, the first value of largest magnitude, sign kept (0 for an
-    all-zero row): ggml's ``if (amax < fabsf(v)) { amax = fabsf(v); max = v; }``."""
+    all-zero row): ggml's ``if (amax < fabsf(v)) { amax = fabsf(v); max = v; }``,
+    where a NaN never wins (overflowing sums produce them)."""
     mag = np.abs(x)
+    mag = np.where(np.isnan(mag), F32(0), mag)
     top = np.take_along_axis(x, mag.argmax(axis=1)[:, None], axis=1)[:, 0]
     return np.where(mag.max(axis=1) == 0, F32(0), top)
 
 
+def nearest_int(v: np.ndarray) -> np.ndarray:
+    """ggml's ``nearest_int`` (int32): adding 1.5 * 2^23 leaves the integer in
+    the low mantissa bits. Round half to even for |v| < 2^22; beyond that, and
+    for the inf and NaN that degenerate scales produce, the same values as ggml."""
+    return ((np.asarray(v, F32) + F32(12582912)).view(np.int32) & 0x7FFFFF) - 0x400000
+
+
 def nearest(v: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """ggml's ``MAX(lo, MIN(hi, nearest_int(v)))`` (round half to even), as float32."""
-    return np.clip(np.rint(v), lo, hi).astype(F32)
+    """ggml's ``MAX(lo, MIN(hi, nearest_int(v)))``, as float32."""
+    return np.clip(nearest_int(v), lo, hi).astype(F32)
+
+
+def c_int(v: np.ndarray) -> np.ndarray:
+    """C's truncating ``(int)`` of float32 values (int32), with x86's INT_MIN where
+    C leaves it undefined (NaN, out of range): ggml meets that when a block's scale
+    is so small that its inverse overflows."""
+    v = np.asarray(v, F32)
+    ok = (v >= F32(-2.0**31)) & (v < F32(2.0**31))
+    return np.where(ok, np.trunc(np.where(ok, v, F32(0))), F32(-2.0**31)).astype(np.int32)
+
+
+def ordered_sum(a: np.ndarray, from_zero: bool = True) -> np.ndarray:
+    """Per row, the float32 sum of a C loop: left to right, from 0 (or from the
+    first term). NumPy's own sum adds pairwise, which rounds differently, and
+    ggml's scale searches compare sums that differ in the last bit."""
+    total = np.zeros(len(a), F32) if from_zero else a[:, 0].astype(F32)
+    for column in a.T[0 if from_zero else 1:]:
+        total += column
+    return total
 
 
 def round_away(v: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
+from . import iq_quants as iq
 from . import k_quants as k
 from . import simple_quants as s
 
@@ -69,7 +70,10 @@ _TYPES = (
     GgmlType("q5k", 13, k.QK_K, k.BLOCK_Q5_K, k.quantize_q5_k, k.dequantize_q5_k),
     GgmlType("q6k", 14, k.QK_K, k.BLOCK_Q6_K, k.quantize_q6_k, k.dequantize_q6_k),
     GgmlType("q8k", 15, k.QK_K, k.BLOCK_Q8_K, k.quantize_q8_k, k.dequantize_q8_k),
+    GgmlType("iq4_nl", 20, iq.QK, iq.BLOCK_IQ4_NL, iq.quantize_iq4_nl, iq.dequantize_iq4_nl),
+    GgmlType("iq4_xs", 23, iq.QK_K, iq.BLOCK_IQ4_XS, iq.quantize_iq4_xs, iq.dequantize_iq4_xs),
     _float_type("bf16", 30, ml_dtypes.bfloat16),
+    GgmlType("mxfp4", 39, iq.QK, iq.BLOCK_MXFP4, iq.quantize_mxfp4, iq.dequantize_mxfp4),
 )
 
 #: name -> GgmlType, in ggml's type order.

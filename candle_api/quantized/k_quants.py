@@ -5,12 +5,12 @@ Quantization implements ggml's reference ``quantize_row_q*_K_ref`` (the
 search for good sub-block scales in ``make_qkx2_quants``, ``make_q3_quants``
 and ``make_qx_quants``, then the requantization against the stored scales)
 vectorized over all sub-blocks: the loops that remain run over trial scales or
-positions inside a sub-block, never over blocks. Float32 sums are taken in
-NumPy's order rather than C's, so where two trial scales fit equally well to
-within rounding the other one may win: bytes then differ from ggml's for that
-sub-block, the accuracy does not. Dequantization follows
-``dequantize_row_q*_K`` exactly. Q8_K is the activation format of the K-quant
-dot products (f32 scale, per-16 sums of the quants).
+positions inside a sub-block, never over blocks. Float32 sums are taken in C's
+order (ggml compares trial scales whose fits differ in the last bit) and
+integers are stored as C stores them, so the bytes agree with ggml bit for
+bit. Dequantization follows ``dequantize_row_q*_K`` exactly. Q8_K is the
+activation format of the K-quant dot products (f32 scale, per-16 sums of the
+quants).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._blocks import (
-    F32, GROUP_MAX_EPS, f32, nearest, pack_bit_planes, pack_crumbs, pack_nibbles, records, signed_absmax,
-    unpack_bit_planes, unpack_crumbs, unpack_nibbles,
+    F32, GROUP_MAX_EPS, f32, nearest, nearest_int, ordered_sum, pack_bit_planes, pack_crumbs, pack_nibbles,
+    records, signed_absmax, unpack_bit_planes, unpack_crumbs, unpack_nibbles,
 )
 
 QK_K = 256
@@ -41,15 +41,15 @@ def make_qkx2_quants(x, w, nmax: int, rmin: float, rdelta: float, nstep: int, us
     lo = np.minimum(x.min(axis=1), 0)
     hi = x.max(axis=1)
     flat = hi == lo
-    sum_w = w.sum(axis=1)
-    sum_x = (w * x).sum(axis=1)
+    sum_w = ordered_sum(w, from_zero=False)
+    sum_x = ordered_sum(w * x, from_zero=False)
 
     def levels(iscale, lo):
         return nearest(iscale[:, None] * (x - lo[:, None]), 0, nmax)
 
     def error(scale, lo, L):
         diff = scale[:, None] * L + lo[:, None] - x
-        return (w * (np.abs(diff) if use_mad else diff * diff)).sum(axis=1)
+        return ordered_sum(w * (np.abs(diff) if use_mad else diff * diff))
 
     span = np.where(flat, F32(1), hi - lo)
     iscale = nmax / span
@@ -59,9 +59,9 @@ def make_qkx2_quants(x, w, nmax: int, rmin: float, rdelta: float, nstep: int, us
     for step in range(nstep + 1):
         # ggml moves the min as soon as a trial wins, so later trials start from it
         trial = levels((F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / np.where(flat, F32(1), hi - lo), lo)
-        sum_l = (w * trial).sum(axis=1)
-        sum_l2 = (w * trial * trial).sum(axis=1)
-        sum_xl = (w * trial * x).sum(axis=1)
+        sum_l = ordered_sum(w * trial)
+        sum_l2 = ordered_sum(w * trial * trial)
+        sum_xl = ordered_sum(w * trial * x)
         det = sum_w * sum_l2 - sum_l * sum_l
         this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
         this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
@@ -78,7 +78,7 @@ def make_qkx2_quants(x, w, nmax: int, rmin: float, rdelta: float, nstep: int, us
 
 
 def _weighted_sums(x, w, L):
-    return (w * x * L).sum(axis=1), (w * L * L).sum(axis=1)
+    return ordered_sum(w * x * L), ordered_sum(w * L * L)
 
 
 def make_q3_quants(x, nmax: int):
@@ -137,12 +137,15 @@ def make_qx_quants(x, nmax: int):
 
 # ---- shared steps ----------------------------------------------------------------------
 
-def _scale_levels(values, top: int):
+def _scale_levels(values, top: int, cap: int = 255):
     """Sub-block scales (or mins) as levels 0..top of the block's largest:
-    (levels, f16 super-scale), both 0 for a block whose values are all <= 0."""
+    (levels as uint8, f16 super-scale), both 0 for a block whose values are all
+    <= 0. As ggml, the level is stored in a byte (wrapping) and then capped at
+    ``cap``; a negative value could wrap, none does in practice."""
     vmax = np.maximum(values.max(axis=1), 0)
     inv = np.where(vmax > 0, top / np.where(vmax > 0, vmax, F32(1)), F32(0))
-    return nearest(inv[:, None] * values, 0, top), (vmax / F32(top)).astype(np.float16)
+    levels = np.minimum(nearest_int(inv[:, None] * values).astype(np.uint8), cap)
+    return levels, (vmax / F32(top)).astype(np.float16)
 
 
 def _requantize(sub, L, d, ls, dmin, lm, nmax: int):
@@ -197,9 +200,9 @@ def quantize_q2_k(x):
     scales, mins, L = make_qkx2_quants(sub, np.abs(sub), 3, -0.5, 0.1, 15, use_mad=True)
     ls, d = _scale_levels(scales.reshape(n, 16), 15)
     lm, dmin = _scale_levels(mins.reshape(n, 16), 15)
-    L = _requantize(sub, L, d, ls, dmin, lm, 3).reshape(n, QK_K).astype(np.uint8)
-    return records(BLOCK_Q2_K, scales=ls.astype(np.uint8) | (lm.astype(np.uint8) << 4),
-                   qs=pack_crumbs(L, 32), d=d, dmin=dmin)
+    packed = ls | (lm << 4)
+    L = _requantize(sub, L, d, packed & 15, dmin, packed >> 4, 3).reshape(n, QK_K).astype(np.uint8)
+    return records(BLOCK_Q2_K, scales=packed, qs=pack_crumbs(L, 32), d=d, dmin=dmin)
 
 
 def dequantize_q2_k(b):
@@ -208,6 +211,11 @@ def dequantize_q2_k(b):
     ml = (f32(b["dmin"])[:, None] * (b["scales"] >> 4).astype(F32)).reshape(n, 16, 1)
     q = unpack_crumbs(b["qs"], 32).reshape(n, 16, 16).astype(F32)
     return (dl * q - ml).reshape(n, QK_K)
+
+
+def _int8_capped(v):
+    """ggml's ``MIN(127, nearest_int(v))`` stored in an int8_t (no lower clamp: it wraps)."""
+    return np.minimum(nearest_int(v), 127).astype(np.int8)
 
 
 def _signed_scale(top, live, nmax: int):
@@ -227,7 +235,8 @@ def quantize_q3_k(x):
     top = signed_absmax(scales)
     live = top != 0
     iscale, d = _signed_scale(top, live, 32)
-    levels = np.where(live[:, None], nearest(iscale[:, None] * scales, -32, 31) + 32, F32(0))
+    levels = np.clip(nearest_int(iscale[:, None] * scales).astype(np.int8), -32, 31) + 32  # int8 before the clamp
+    levels = np.where(live[:, None], levels, 0).astype(F32)
     d = d.astype(np.float16)
     L = _symmetric_requantize(sub, L, _sub_scales(d, levels, 32), 4).reshape(n, QK_K).astype(np.uint8)
     return records(BLOCK_Q3_K, hmask=pack_bit_planes(L >> 2), qs=pack_crumbs(L & 3, 32),
@@ -249,12 +258,12 @@ def _quantize_q45_k(x, nmax: int, rmin: float, nstep: int):
     32 weighted by ``rms + |x|``."""
     n = len(x)
     sub = x.reshape(-1, 32)
-    rms = np.sqrt((sub * sub).sum(axis=1) / F32(32))
+    rms = np.sqrt(ordered_sum(sub * sub) / F32(32))
     scales, mins, L = make_qkx2_quants(sub, rms[:, None] + np.abs(sub), nmax, rmin, 0.1, nstep, use_mad=False)
-    ls, d = _scale_levels(scales.reshape(n, 8), 63)
-    lm, dmin = _scale_levels(mins.reshape(n, 8), 63)
+    ls, d = _scale_levels(scales.reshape(n, 8), 63, cap=63)
+    lm, dmin = _scale_levels(mins.reshape(n, 8), 63, cap=63)
     L = _requantize(sub, L, d, ls, dmin, lm, nmax).reshape(n, QK_K).astype(np.uint8)
-    return d, dmin, _pack_scale_min_k4(ls.astype(np.uint8), lm.astype(np.uint8)), L
+    return d, dmin, _pack_scale_min_k4(ls, lm), L
 
 
 def _dequantize_q45_k(b, q):
@@ -304,7 +313,7 @@ def quantize_q6_k(x):
     live = np.abs(top) >= GROUP_MAX_EPS  # ggml zeroes the whole block otherwise
     iscale, d = _signed_scale(top, live, 128)
     d = d.astype(np.float16)
-    levels = np.where(live[:, None], nearest(iscale[:, None] * scales, -128, 127), F32(0))
+    levels = np.where(live[:, None], _int8_capped(iscale[:, None] * scales), 0).astype(F32)
     L = _symmetric_requantize(sub, L, _sub_scales(d, levels), 32).reshape(n, QK_K)
     L = np.where(live[:, None], L, F32(0)).astype(np.uint8)
     # per 128 values: low nibbles of 0-63 | 64-127 in ql, high crumbs of 0-31 | 32-63 | 64-95 | 96-127 in qh
@@ -326,7 +335,7 @@ def quantize_q8_k(x):
     top = signed_absmax(x)
     live = top != 0
     iscale, d = _signed_scale(top, live, 127)
-    qs = nearest(iscale[:, None] * x, -128, 127).astype(np.int8)
+    qs = _int8_capped(iscale[:, None] * x)
     bsums = qs.reshape(len(x), 16, 16).sum(axis=2, dtype=np.int16)
     return records(BLOCK_Q8_K, d=d, qs=qs, bsums=bsums)
 

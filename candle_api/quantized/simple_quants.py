@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._blocks import F32, f32, inverse, pack_nibbles, records, round_away, signed_absmax, unpack_nibbles
+from ._blocks import F32, c_int, f32, inverse, pack_nibbles, records, round_away, signed_absmax, unpack_nibbles
 
 QK = 32
 
@@ -24,20 +24,23 @@ BLOCK_Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", QK)])
 BLOCK_Q8_1 = np.dtype([("d", "<f2"), ("s", "<f2"), ("qs", "i1", QK)])
 
 
+def _byte_level(v: np.ndarray, top: int) -> np.ndarray:
+    """ggml's ``MIN(top, (int8_t)v)`` stored in a uint8_t."""
+    return np.minimum(c_int(v).astype(np.int8), top).astype(np.uint8)
+
+
 def _symmetric(x: np.ndarray, levels: int, top: int) -> tuple[np.ndarray, np.ndarray]:
     """(d, quants) with d = (value of largest magnitude) / -levels and quants
     ``MIN(top, (int8_t)(x/d + levels + 0.5))``, as Q4_0 and Q5_0 do."""
     d = signed_absmax(x) / F32(-levels)
-    q = np.minimum(np.trunc(x * inverse(d)[:, None] + F32(levels + 0.5)), top)
-    return d, q.astype(np.uint8)
+    return d, _byte_level(x * inverse(d)[:, None] + F32(levels + 0.5), top)
 
 
 def _affine(x: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(d, min, quants) with d = (max - min) / top, as Q4_1 and Q5_1 do."""
     lo, hi = x.min(axis=1), x.max(axis=1)
     d = (hi - lo) / F32(top)
-    q = np.minimum(np.trunc((x - lo[:, None]) * inverse(d)[:, None] + F32(0.5)), top)
-    return d, lo, q.astype(np.uint8)
+    return d, lo, _byte_level((x - lo[:, None]) * inverse(d)[:, None] + F32(0.5), top)
 
 
 def _split5(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -51,7 +54,7 @@ def _join5(b: np.ndarray) -> np.ndarray:
 
 def _q8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     d = np.abs(x).max(axis=1) / F32(127)
-    return d, round_away(x * inverse(d)[:, None]).astype(np.int8)
+    return d, c_int(round_away(x * inverse(d)[:, None])).astype(np.int8)
 
 
 def quantize_q4_0(x):

@@ -74,10 +74,10 @@ _NUMPY_TYPES = {dtype: t for t, dtype in _NUMPY.items() if t != BOOL} | {np.dtyp
 
 # GGML types candle-api does not decode, named in errors.
 _OTHER_GGML_TYPES = {
-    4: "Q4_2", 5: "Q4_3", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S",
-    22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64", 29: "IQ1_M",
+    4: "Q4_2", 5: "Q4_3", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 21: "IQ3_S",
+    22: "IQ2_S", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64", 29: "IQ1_M",
     31: "Q4_0_4_4", 32: "Q4_0_4_8", 33: "Q4_0_8_8", 34: "TQ1_0", 35: "TQ2_0", 36: "IQ4_NL_4_4",
-    37: "IQ4_NL_4_8", 38: "IQ4_NL_8_8", 39: "MXFP4", 40: "NVFP4", 41: "Q1_0",
+    37: "IQ4_NL_4_8", 38: "IQ4_NL_8_8", 40: "NVFP4", 41: "Q1_0",
 }
 
 # Legacy magics (as the bytes appear in the file) -> (name, accepted versions; () = unversioned)

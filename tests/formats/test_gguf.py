@@ -211,9 +211,9 @@ def test_reads_files_written_by_gguf_py(tmp_path, ggufpy):
             continue
         expected[key] = want
     raw = {"f32": x, "f16": x.astype(np.float16)}
-    for name in ("bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"):
+    for name in ("bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4"):
         raw[name] = ggufpy.quants.quantize(x, q_type(ggufpy, name))
-    for name in ("q2k", "q3k", "q4k", "q5k", "q6k"):  # gguf-py cannot quantize these: write ours as raw blocks
+    for name in ("q2k", "q3k", "q4k", "q5k", "q6k", "iq4_nl", "iq4_xs"):  # gguf-py cannot quantize these: ours
         raw[name] = QTensor.quantize(c.from_numpy(x), name).data.reshape(4, -1)
     for name, arr in raw.items():
         w.add_tensor(f"t.{name}", arr, raw_dtype=None if name in ("f32", "f16") else q_type(ggufpy, name))
@@ -535,7 +535,7 @@ def test_malformed_ggml(tmp_path):
         (bytes(ggml_writer(b"tjgg", 3, [("w", 0, [8] * 5, b"")]).out), "tensor has 5 dims"),
         (bytes(ggml_writer(b"tjgg", 3, [("w", 0, [], b"")]).out), "tensor has 0 dims"),
         (bytes(ggml_writer(b"tjgg", 3, [("w", 0, [8], bytes(32))] * 2).out), "duplicate tensor name 'w'"),
-        (bytes(ggml_writer(b"tjgg", 3, [("w", 23, [256], b"")]).out), "IQ4_XS"),
+        (bytes(ggml_writer(b"tjgg", 3, [("w", 16, [256], b"")]).out), "IQ2_XXS"),
         (bytes(good.out) + b"\x01", "truncated: tensor header"),
     ]
     for data, reason in cases:

@@ -77,7 +77,7 @@ typedef struct {
     int32_t act_type;       /* the type activations are quantized to for the dot product (-1: none,
                                the matmul dequantizes the weights instead) */
     cd_dequant_row_fn *dequantize;
-    cd_quant_row_fn *quantize; /* bit-exact with ggml's quantize_row_*_ref */
+    cd_quant_row_fn *quantize; /* bit-exact with the quantizer ggml writes files with */
 } cd_qtype_info;
 
 /* The type with ggml id `id`, or NULL when candle-api does not handle it. */

@@ -31,6 +31,11 @@ static inline int nearest_int(float v) {
     return (bits & 0x007fffff) - 0x00400000;
 }
 
+/* C's truncating float to int conversion, with x86's INT_MIN where C leaves it
+ * undefined (NaN, out of range): ggml relies on x86 there when a block's scale
+ * is so small that its inverse overflows. */
+static inline int trunc_int(float v) { return v >= -2147483648.0f && v < 2147483648.0f ? (int)v : INT32_MIN; }
+
 static inline int clamp_int(int v, int lo, int hi) { return CD_MAX(lo, CD_MIN(hi, v)); }
 
 /* The first of the values of largest magnitude, sign kept (0 when all are 0). */
@@ -142,12 +147,12 @@ static void unpack_q3_scales(const uint8_t s[12], uint8_t *levels) {
 /* ---- the simple types: blocks of 32 with an f16 scale ------------------------- */
 
 /* Q4_0, Q5_0: d = (value of largest magnitude) / -half, levels x/d + half
- * truncated after adding 0.5 (so rounded half up). Returns d. */
+ * rounded half up (0.5 added, then truncated to a byte). Returns d. */
 static float symmetric_levels(const float *x, int half, uint8_t *q) {
     const float d = signed_absmax(x, CD_QK) / (float)-half;
     const float id = d ? 1.0f / d : 0.0f;
     const float offset = (float)half + 0.5f;
-    for (int j = 0; j < CD_QK; j++) q[j] = (uint8_t)CD_MIN(2 * half - 1, (int)(x[j] * id + offset));
+    for (int j = 0; j < CD_QK; j++) q[j] = (uint8_t)CD_MIN(2 * half - 1, (int8_t)trunc_int(x[j] * id + offset));
     return d;
 }
 
@@ -160,7 +165,7 @@ static float affine_levels(const float *x, int top, uint8_t *q, float *min_out) 
     }
     const float d = (max - min) / (float)top;
     const float id = d ? 1.0f / d : 0.0f;
-    for (int j = 0; j < CD_QK; j++) q[j] = (uint8_t)CD_MIN(top, (int)((x[j] - min) * id + 0.5f));
+    for (int j = 0; j < CD_QK; j++) q[j] = (uint8_t)CD_MIN(top, (int8_t)trunc_int((x[j] - min) * id + 0.5f));
     *min_out = min;
     return d;
 }
@@ -235,7 +240,7 @@ static float q8_levels(const float *x, int8_t *q) {
     for (int j = 0; j < CD_QK; j++) amax = CD_MAX(amax, fabsf(x[j])); /* as ggml, NaN included */
     const float d = amax / 127;
     const float id = d ? 1.0f / d : 0.0f;
-    for (int j = 0; j < CD_QK; j++) q[j] = (int8_t)roundf(x[j] * id);
+    for (int j = 0; j < CD_QK; j++) q[j] = (int8_t)trunc_int(roundf(x[j] * id));
     return d;
 }
 
@@ -717,8 +722,8 @@ static void quantize_block_mxfp4(const float *x, cd_block_mxfp4 *y) {
     uint8_t q[CD_QK];
     const float amax = fabsf(signed_absmax(x, CD_QK));
     /* ggml converts this float to the byte directly: below 2^-125 it is
-     * negative and wraps, as the int conversion does here */
-    y->e = amax > 0 ? (uint8_t)(int)(floorf(log2f(amax)) - 2 + 127) : 0;
+     * negative and wraps through the int, as here */
+    y->e = amax > 0 ? (uint8_t)trunc_int(floorf(log2f(amax)) - 2 + 127) : 0;
     const float d = cd_e8m0_to_f32_half(y->e);
     for (int j = 0; j < CD_QK; j++) q[j] = (uint8_t)nearest_fp4(x[j], d);
     pack_nibbles(q, y->qs, CD_QK / 2);
