@@ -62,6 +62,14 @@ static_assert(sizeof(cd_block_mxfp4) == 17, "mxfp4 block");
 extern const int8_t cd_kvalues_iq4nl[16];
 extern const int8_t cd_kvalues_mxfp4[16];
 
+/* An activation row quantized for the dot products of the 32-value types
+ * (Q8_0 or Q8_1 blocks) is preceded by two tables, one entry per block: its
+ * scale as f32, then the sum of its int8 levels (int32). The SIMD kernels
+ * read these instead of converting each block's f16 fields; the portable
+ * ones ignore them. */
+static inline const float *cd_act_scales(const void *act, int64_t nb) { return (const float *)act - 2 * nb; }
+static inline const int32_t *cd_act_sums(const void *act, int64_t nb) { return (const int32_t *)act - nb; }
+
 /* n values (a whole number of blocks) of one row from and to blocks. */
 typedef void cd_dequant_row_fn(const void *blocks, float *y, int64_t n);
 typedef void cd_quant_row_fn(const float *x, void *blocks, int64_t n);

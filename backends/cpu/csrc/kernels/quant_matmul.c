@@ -51,14 +51,35 @@ static int dots_task(void *vctx, int64_t begin, int64_t end) {
     return 0;
 }
 
+/* Quantizes a row of x into act_type blocks at `blocks`; for the 32-value types also fills the tables that
+ * precede them (kernels/quant.h). */
+static void quantize_act(const cd_qtype_info *at, const float *x, int64_t k, char *blocks) {
+    at->quantize(x, blocks, k);
+    if (at->block_size != CD_QK) return;
+    const int64_t nb = k / CD_QK;
+    float *scales = (float *)cd_act_scales(blocks, nb);
+    int32_t *sums = (int32_t *)cd_act_sums(blocks, nb);
+    const int levels = at->id == CD_Q8_1 ? 4 : 2; /* the levels follow d (and s) */
+    for (int64_t b = 0; b < nb; b++) {
+        const char *block = blocks + b * at->type_size;
+        uint16_t d;
+        memcpy(&d, block, 2);
+        scales[b] = cd_f16_to_f32(d);
+        int32_t sum = 0;
+        for (int j = 0; j < CD_QK; j++) sum += ((const int8_t *)block + levels)[j];
+        sums[b] = sum;
+    }
+}
+
 static int qmatmul_dots(const cd_qtype_info *t, int64_t m, int64_t n, int64_t k, const void *w, const float *x,
                         float *y) {
     const cd_qtype_info *at = cd_qtype(t->act_type);
-    const int64_t act_row = k / at->block_size * at->type_size;
+    const int64_t blocks = k / at->block_size, tables = at->block_size == CD_QK ? 8 * blocks : 0;
+    const int64_t act_row = (tables + blocks * at->type_size + 7) & ~(int64_t)7; /* rows stay 8-byte aligned */
     char *act = cd_scratch(m * act_row);
     if (!act) return -1;
-    for (int64_t i = 0; i < m; i++) at->quantize(x + i * k, act + i * act_row, k);
-    dots_ctx c = {cd_ops.qdot[t->id], m, n, k, k / t->block_size * t->type_size, act_row, w, act, y};
+    for (int64_t i = 0; i < m; i++) quantize_act(at, x + i * k, k, act + i * act_row + tables);
+    dots_ctx c = {cd_ops.qdot[t->id], m, n, k, k / t->block_size * t->type_size, act_row, w, act + tables, y};
     int rc = cd_parallel_for(n, rows_per_task(c.w_row), dots_task, &c);
     cd_scratch_free(act);
     return rc;

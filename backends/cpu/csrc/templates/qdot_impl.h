@@ -1,8 +1,9 @@
 /* The quantized dot products (kernels/quant.h) in 256-bit integer vectors,
  * written once for AVX2 and for AVX-512 VNNI: the file that includes this
- * defines QDOT_FILL (the name of the function that fills the ISA table) and
- * QD_DPBUSD(acc, u, s): acc (8 int32) + the sums of 4 adjacent products of
- * the unsigned bytes u (at most 127 here) with the signed bytes s.
+ * defines QDOT_FILL (the name of the function that fills the ISA table),
+ * QD_VNNI (1 with VNNI) and QD_DPBUSD(acc, u, s): acc (8 int32) + the sums
+ * of 4 adjacent products of the unsigned bytes u (below 128 without VNNI)
+ * with the signed bytes s.
  *
  * Every kernel follows ggml's arithmetic: integer sums per block (or
  * sub-block), each scaled in float by the weight's and the activation's
@@ -60,112 +61,151 @@ static inline __m256i QD_NAME(dot_ss)(__m256i x, __m256i y) {
 
 static inline __m256i QD_NAME(load)(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
-/* ---- 32-value blocks ------------------------------------------------------------------------------ */
-static inline __m256 QD_NAME(block_q4_0)(const cd_block_q4_0 *w, const cd_block_q8_0 *a, __m256 acc) {
-    const __m256i x = _mm256_sub_epi8(QD_NAME(nibbles)(w->qs), _mm256_set1_epi8(8));
-    const __m256 d = _mm256_set1_ps(QD_NAME(h2f)(w->d) * QD_NAME(h2f)(a->d));
-    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(QD_NAME(dot_ss)(x, QD_NAME(load)(a->qs))), acc);
-}
-
-static float QD_NAME(dot_q4_0)(int64_t n, const void *vw, const void *va) {
-    const cd_block_q4_0 *w = vw;
-    const cd_block_q8_0 *a = va;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 1 < n / CD_QK; i += 2) {
-        acc0 = QD_NAME(block_q4_0)(w + i, a + i, acc0);
-        acc1 = QD_NAME(block_q4_0)(w + i + 1, a + i + 1, acc1);
-    }
-    if (i < n / CD_QK) acc0 = QD_NAME(block_q4_0)(w + i, a + i, acc0);
-    return QD_NAME(hsum)(_mm256_add_ps(acc0, acc1));
-}
-
-static float QD_NAME(dot_q4_1)(int64_t n, const void *vw, const void *va) {
-    const cd_block_q4_1 *w = vw;
-    const cd_block_q8_1 *a = va;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / CD_QK; i++) {
-        const __m256 d = _mm256_set1_ps(QD_NAME(h2f)(w[i].d) * QD_NAME(h2f)(a[i].d));
-        const __m256i p = QD_NAME(dot_us)(QD_NAME(nibbles)(w[i].qs), QD_NAME(load)(a[i].qs));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-        mins += QD_NAME(h2f)(w[i].m) * QD_NAME(h2f)(a[i].s);
-    }
-    return QD_NAME(hsum)(acc) + mins;
-}
-
-static float QD_NAME(dot_q5_0)(int64_t n, const void *vw, const void *va) {
-    const cd_block_q5_0 *w = vw;
-    const cd_block_q8_0 *a = va;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / CD_QK; i++) {
-        /* q - 16: a value whose fifth bit is clear is its nibble with the high bits all set. */
-        const __m256i high = _mm256_andnot_si256(QD_NAME(bit_bytes)(w[i].qh), _mm256_set1_epi8((char)0xf0));
-        const __m256i x = _mm256_or_si256(QD_NAME(nibbles)(w[i].qs), high);
-        const __m256 d = _mm256_set1_ps(QD_NAME(h2f)(w[i].d) * QD_NAME(h2f)(a[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(QD_NAME(dot_ss)(x, QD_NAME(load)(a[i].qs))), acc);
-    }
-    return QD_NAME(hsum)(acc);
-}
-
-static float QD_NAME(dot_q5_1)(int64_t n, const void *vw, const void *va) {
-    const cd_block_q5_1 *w = vw;
-    const cd_block_q8_1 *a = va;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / CD_QK; i++) {
-        const __m256i high = _mm256_and_si256(QD_NAME(bit_bytes)(w[i].qh), _mm256_set1_epi8(0x10));
-        const __m256i x = _mm256_or_si256(QD_NAME(nibbles)(w[i].qs), high);
-        const __m256 d = _mm256_set1_ps(QD_NAME(h2f)(w[i].d) * QD_NAME(h2f)(a[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(QD_NAME(dot_us)(x, QD_NAME(load)(a[i].qs))), acc);
-        mins += QD_NAME(h2f)(w[i].m) * QD_NAME(h2f)(a[i].s);
-    }
-    return QD_NAME(hsum)(acc) + mins;
-}
-
-static float QD_NAME(dot_q8_0)(int64_t n, const void *vw, const void *va) {
-    const cd_block_q8_0 *w = vw;
-    const cd_block_q8_0 *a = va;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / CD_QK; i++) {
-        const __m256 d = _mm256_set1_ps(QD_NAME(h2f)(w[i].d) * QD_NAME(h2f)(a[i].d));
-        const __m256i p = QD_NAME(dot_ss)(QD_NAME(load)(w[i].qs), QD_NAME(load)(a[i].qs));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-    }
-    return QD_NAME(hsum)(acc);
-}
-
+/* ---- 32-value blocks -------------------------------------------------------------------------------
+ * Eight blocks at a time: their integer sums reduced into one vector, scaled by the eight weight scales
+ * and the activations' f32 scales from the row's tables (kernels/quant.h), so the per-block float work
+ * is a fraction of an instruction. Levels are taken unsigned (u = level + offset, u < 128 for maddubs;
+ * with VNNI up to 255) and the offset comes off through the activations' sums. */
 /* 16 signed levels in both 128-bit lanes, for a byte shuffle to look nibbles up in. */
 static inline __m256i QD_NAME(levels)(const int8_t table[16]) {
     const __m128i t = _mm_loadu_si128((const __m128i *)table);
     return _mm256_set_m128i(t, t);
 }
 
-static float QD_NAME(dot_iq4_nl)(int64_t n, const void *vw, const void *va) {
-    const cd_block_iq4_nl *w = vw;
-    const cd_block_q8_0 *a = va;
-    const __m256i table = QD_NAME(levels)(cd_kvalues_iq4nl);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / CD_QK; i++) {
-        const __m256i x = _mm256_shuffle_epi8(table, QD_NAME(nibbles)(w[i].qs));
-        const __m256 d = _mm256_set1_ps(QD_NAME(h2f)(w[i].d) * QD_NAME(h2f)(a[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(QD_NAME(dot_ss)(x, QD_NAME(load)(a[i].qs))), acc);
-    }
-    return QD_NAME(hsum)(acc);
+static inline __m256i QD_NAME(hsum8)(const __m256i p[8]) { /* lane j: the sum of p[j]'s lanes */
+    const __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
 }
 
-static float QD_NAME(dot_mxfp4)(int64_t n, const void *vw, const void *va) {
-    const cd_block_mxfp4 *w = vw;
-    const cd_block_q8_0 *a = va;
-    const __m256i table = QD_NAME(levels)(cd_kvalues_mxfp4);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / CD_QK; i++) {
-        const __m256i x = _mm256_shuffle_epi8(table, QD_NAME(nibbles)(w[i].qs));
-        const __m256 d = _mm256_set1_ps(cd_e8m0_to_f32_half(w[i].e) * QD_NAME(h2f)(a[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(QD_NAME(dot_ss)(x, QD_NAME(load)(a[i].qs))), acc);
-    }
-    return QD_NAME(hsum)(acc);
+/* Eight f16 values `stride` bytes apart, as floats. */
+static inline __m256 QD_NAME(f16x8)(const char *p, int stride) {
+    uint16_t h[8];
+    for (int j = 0; j < 8; j++) memcpy(&h[j], p + j * stride, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
+
+/* The signed types (q8_0, iq4_nl, mxfp4) take offset 128 with VNNI; without, maddubs would saturate on
+ * u >= 128, so they multiply their signed levels through the sign trick (offset 0). */
+typedef struct {
+    int size;   /* bytes per weight block */
+    int offset; /* the levels are u - offset */
+    int min;    /* q4_1 / q5_1: an f16 min after the f16 scale */
+} QD_NAME(type32);
+
+static inline QD_NAME(type32) QD_NAME(traits32)(int type) {
+    const int vnni = QD_VNNI;
+    switch (type) {
+    case CD_Q4_0: return (QD_NAME(type32)){sizeof(cd_block_q4_0), 8, 0};
+    case CD_Q4_1: return (QD_NAME(type32)){sizeof(cd_block_q4_1), 0, 1};
+    case CD_Q5_0: return (QD_NAME(type32)){sizeof(cd_block_q5_0), 16, 0};
+    case CD_Q5_1: return (QD_NAME(type32)){sizeof(cd_block_q5_1), 0, 1};
+    case CD_Q8_0: return (QD_NAME(type32)){sizeof(cd_block_q8_0), vnni ? 128 : 0, 0};
+    case CD_IQ4_NL: return (QD_NAME(type32)){sizeof(cd_block_iq4_nl), vnni ? 128 : 0, 0};
+    default: return (QD_NAME(type32)){sizeof(cd_block_mxfp4), vnni ? 128 : 0, 0}; /* CD_MXFP4 */
+    }
+}
+
+/* 16 for each value whose fifth bit (q5_0, q5_1) is set. */
+static inline __m256i QD_NAME(fifth_bits)(const uint8_t *qh) {
+    return _mm256_and_si256(QD_NAME(bit_bytes)(qh), _mm256_set1_epi8(0x10));
+}
+
+/* The lanes of one block's sum of u * y (or of level * y for a signed type without VNNI). */
+static inline __m256i QD_NAME(block32)(int type, const char *w, const int8_t *y, __m256i table) {
+    const __m256i yv = QD_NAME(load)(y);
+    __m256i u;
+    switch (type) {
+    case CD_Q4_0: u = QD_NAME(nibbles)(((const cd_block_q4_0 *)w)->qs); break;
+    case CD_Q4_1: u = QD_NAME(nibbles)(((const cd_block_q4_1 *)w)->qs); break;
+    case CD_Q5_0: {
+        const cd_block_q5_0 *b = (const cd_block_q5_0 *)w;
+        u = _mm256_or_si256(QD_NAME(nibbles)(b->qs), QD_NAME(fifth_bits)(b->qh));
+        break;
+    }
+    case CD_Q5_1: {
+        const cd_block_q5_1 *b = (const cd_block_q5_1 *)w;
+        u = _mm256_or_si256(QD_NAME(nibbles)(b->qs), QD_NAME(fifth_bits)(b->qh));
+        break;
+    }
+    case CD_Q8_0: {
+        const __m256i x = QD_NAME(load)(((const cd_block_q8_0 *)w)->qs);
+        if (!QD_VNNI) return QD_NAME(dot_ss)(x, yv);
+        u = _mm256_xor_si256(x, _mm256_set1_epi8((char)0x80));
+        break;
+    }
+    default: { /* IQ4_NL and MXFP4: table holds the levels (+ 128 with VNNI) */
+        const uint8_t *qs = type == CD_IQ4_NL ? ((const cd_block_iq4_nl *)w)->qs : ((const cd_block_mxfp4 *)w)->qs;
+        u = _mm256_shuffle_epi8(table, QD_NAME(nibbles)(qs));
+        if (!QD_VNNI) return QD_NAME(dot_ss)(u, yv);
+    }
+    }
+    return QD_NAME(dot_us)(u, yv);
+}
+
+/* Eight weight blocks' scales: f16 d, or MXFP4's E8M0 exponent. */
+static inline __m256 QD_NAME(scales8)(int type, const char *w, int size) {
+    if (type != CD_MXFP4) return QD_NAME(f16x8)(w, size);
+    float d[8];
+    for (int j = 0; j < 8; j++) d[j] = cd_e8m0_to_f32_half(((const cd_block_mxfp4 *)(w + j * size))->e);
+    return _mm256_loadu_ps(d);
+}
+
+static inline float QD_NAME(dot32)(int type, int64_t n, const void *vw, const void *va) {
+    const QD_NAME(type32) t = QD_NAME(traits32)(type);
+    const int64_t nb = n / CD_QK;
+    const int a_size = t.min ? sizeof(cd_block_q8_1) : sizeof(cd_block_q8_0), a_levels = t.min ? 4 : 2;
+    const char *w = vw, *a = va;
+    const float *as = cd_act_scales(va, nb);
+    const int32_t *ys = cd_act_sums(va, nb);
+    __m256i table = _mm256_setzero_si256();
+    if (type == CD_IQ4_NL || type == CD_MXFP4) {
+        table = QD_NAME(levels)(type == CD_IQ4_NL ? cd_kvalues_iq4nl : cd_kvalues_mxfp4);
+        if (QD_VNNI) table = _mm256_xor_si256(table, _mm256_set1_epi8((char)0x80));
+    }
+    __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        __m256i p[8];
+        for (int j = 0; j < 8; j++)
+            p[j] = QD_NAME(block32)(type, w + (b + j) * t.size, (const int8_t *)(a + (b + j) * a_size + a_levels),
+                                    table);
+        __m256i sum = QD_NAME(hsum8)(p);
+        const __m256i ysum = _mm256_loadu_si256((const __m256i *)(ys + b));
+        if (t.offset) sum = _mm256_sub_epi32(sum, _mm256_mullo_epi32(ysum, _mm256_set1_epi32(t.offset)));
+        const __m256 ad = _mm256_loadu_ps(as + b);
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(QD_NAME(scales8)(type, w + b * t.size, t.size), ad),
+                              _mm256_cvtepi32_ps(sum), acc);
+        if (t.min) /* + m * (d_y * sum y) */
+            mins = _mm256_fmadd_ps(QD_NAME(f16x8)(w + b * t.size + 2, t.size),
+                                   _mm256_mul_ps(ad, _mm256_cvtepi32_ps(ysum)), mins);
+    }
+    float tail = 0;
+    for (; b < nb; b++) {
+        const char *wb = w + b * t.size;
+        const int8_t *y = (const int8_t *)(a + b * a_size + a_levels);
+        const int isum = QD_NAME(hsum_i32)(QD_NAME(block32)(type, wb, y, table));
+        uint16_t d, m;
+        memcpy(&d, wb, 2);
+        const float wd = type == CD_MXFP4 ? cd_e8m0_to_f32_half(*(const uint8_t *)wb) : QD_NAME(h2f)(d);
+        tail += wd * as[b] * (float)(isum - t.offset * ys[b]);
+        if (t.min) {
+            memcpy(&m, wb + 2, 2);
+            tail += QD_NAME(h2f)(m) * as[b] * (float)ys[b];
+        }
+    }
+    return QD_NAME(hsum)(_mm256_add_ps(acc, mins)) + tail;
+}
+
+#define QD_DOT32(name, type) \
+    static float QD_NAME(name)(int64_t n, const void *w, const void *a) { return QD_NAME(dot32)(type, n, w, a); }
+QD_DOT32(dot_q4_0, CD_Q4_0)
+QD_DOT32(dot_q4_1, CD_Q4_1)
+QD_DOT32(dot_q5_0, CD_Q5_0)
+QD_DOT32(dot_q5_1, CD_Q5_1)
+QD_DOT32(dot_q8_0, CD_Q8_0)
+QD_DOT32(dot_iq4_nl, CD_IQ4_NL)
+QD_DOT32(dot_mxfp4, CD_MXFP4)
 
 /* ---- 256-value super-blocks, with q8_K activations ------------------------------------------------- */
 

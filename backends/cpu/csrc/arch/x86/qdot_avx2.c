@@ -2,6 +2,7 @@
 #include "arch/x86/isa_x86.h"
 
 #define QD_NAME(name) name##_avx2
+#define QD_VNNI 0
 #define QDOT_FILL cd_qdot_avx2
 /* Pairs of byte products summed into int16 (no overflow: u < 128), then pairs of those into int32. */
 #define QD_DPBUSD(acc, u, s) \
