@@ -209,21 +209,21 @@ QD_DOT32(dot_mxfp4, CD_MXFP4)
 
 /* ---- 256-value super-blocks, with q8_K activations ------------------------------------------------- */
 
-/* q4_K and q5_K's eight 6-bit scales and mins, unpacked from their 12 bytes. */
-static inline void QD_NAME(scale_min_k4)(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = q[j] & 63;
-        mn[j] = q[j + 4] & 63;
-        sc[j + 4] = (uint8_t)((q[j + 8] & 0xf) | ((q[j] >> 6) << 4));
-        mn[j + 4] = (uint8_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
-    }
+/* q4_K and q5_K's eight 6-bit scales and eight mins, unpacked from their 12 bytes word-wise. */
+static inline void QD_NAME(scales_mins_k4)(const uint8_t *q, __m256i *sc, __m256i *mn) {
+    uint32_t u[3];
+    memcpy(u, q, 12);
+    const __m128i b = _mm_setr_epi32((int)(u[0] & 0x3f3f3f3f),                                   /* scales 0-3 */
+                                     (int)((u[2] & 0x0f0f0f0f) | ((u[0] >> 6 & 0x03030303) << 4)), /* 4-7 */
+                                     (int)(u[1] & 0x3f3f3f3f),                                   /* mins 0-3 */
+                                     (int)((u[2] >> 4 & 0x0f0f0f0f) | ((u[1] >> 6 & 0x03030303) << 4)));
+    *sc = _mm256_cvtepu8_epi32(b);
+    *mn = _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8));
 }
 
-/* The sum over the 8 sub-blocks of 32 of mins[j] times the activations' sum there. */
-static inline int QD_NAME(mins_dot)(const uint8_t mn[8], const int16_t *bsums) {
-    int s = 0;
-    for (int j = 0; j < 8; j++) s += mn[j] * (bsums[2 * j] + bsums[2 * j + 1]);
-    return s;
+/* The activations' sums over the 8 sub-blocks of 32 (pairs of q8_K's 16-value bsums), as int32. */
+static inline __m256i QD_NAME(bsums32)(const int16_t *bsums) {
+    return _mm256_madd_epi16(QD_NAME(load)(bsums), _mm256_set1_epi16(1));
 }
 
 /* Shared by q4_K and q5_K: the 4 pairs of sub-blocks of 32 values (low nibbles,
@@ -232,32 +232,31 @@ static inline float QD_NAME(dot_k45)(int64_t n, const void *vw, const void *va, 
     const cd_block_q8_K *a = va;
     const int64_t nb = n / CD_QK_K;
     const size_t size = five ? sizeof(cd_block_q5_K) : sizeof(cd_block_q4_K);
-    const __m256i low = _mm256_set1_epi8(0x0f);
+    const __m256i low = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
     float mins = 0;
     for (int64_t i = 0; i < nb; i++) {
         const cd_block_q4_K *b = (const cd_block_q4_K *)((const char *)vw + i * size); /* d, dmin, scales alike */
         const uint8_t *qs = five ? ((const cd_block_q5_K *)b)->qs : b->qs;
-        uint8_t sc[8], mn[8];
-        QD_NAME(scale_min_k4)(b->scales, sc, mn);
+        __m256i sc, mn;
+        QD_NAME(scales_mins_k4)(b->scales, &sc, &mn);
         const float dy = a[i].d;
-        mins += QD_NAME(h2f)(b->dmin) * dy * (float)QD_NAME(mins_dot)(mn, a[i].bsums);
+        const int mins_dot = QD_NAME(hsum_i32)(_mm256_mullo_epi32(mn, QD_NAME(bsums32)(a[i].bsums)));
+        mins += QD_NAME(h2f)(b->dmin) * dy * (float)mins_dot;
         const __m256i hbits = five ? QD_NAME(load)(((const cd_block_q5_K *)b)->qh) : _mm256_setzero_si256();
-        __m256i sum = _mm256_setzero_si256();
+        __m256i p[8];
         for (int j = 0; j < 4; j++) {
             const __m256i q = QD_NAME(load)(qs + 32 * j);
             __m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
             if (five) {
-                const __m256i one = _mm256_set1_epi8(1);
                 lo = _mm256_add_epi8(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
                 hi = _mm256_add_epi8(hi,
                                      _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
             }
-            const __m256i plo = QD_NAME(dot_us)(lo, QD_NAME(load)(a[i].qs + 64 * j));
-            const __m256i phi = QD_NAME(dot_us)(hi, QD_NAME(load)(a[i].qs + 64 * j + 32));
-            sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(plo, _mm256_set1_epi32(sc[2 * j])));
-            sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(phi, _mm256_set1_epi32(sc[2 * j + 1])));
+            p[2 * j] = QD_NAME(dot_us)(lo, QD_NAME(load)(a[i].qs + 64 * j));
+            p[2 * j + 1] = QD_NAME(dot_us)(hi, QD_NAME(load)(a[i].qs + 64 * j + 32));
         }
+        const __m256i sum = _mm256_mullo_epi32(QD_NAME(hsum8)(p), sc);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(QD_NAME(h2f)(b->d) * dy), _mm256_cvtepi32_ps(sum), acc);
     }
     return QD_NAME(hsum)(acc) - mins;
@@ -308,19 +307,35 @@ static float QD_NAME(dot_q6_K)(int64_t n, const void *vw, const void *va) {
     return QD_NAME(hsum)(acc) - 32.0f * offsets;
 }
 
+/* IQ4_XS's eight 6-bit sub-block scales (offset by 32) as int32: 4 low bits each from scales_l, 2 high
+ * from scales_h. */
+static inline __m256i QD_NAME(iq4xs_scales)(const cd_block_iq4_xs *b) {
+    uint32_t l;
+    memcpy(&l, b->scales_l, 4);
+    const __m256i lo = _mm256_srlv_epi32(_mm256_set1_epi32((int)l), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    const __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(b->scales_h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    const __m256i ls = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xf)),
+                                       _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4));
+    return _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
+}
+
 static float QD_NAME(dot_iq4_xs)(int64_t n, const void *vw, const void *va) {
     const cd_block_iq4_xs *w = vw;
     const cd_block_q8_K *a = va;
-    const __m256i table = QD_NAME(levels)(cd_kvalues_iq4nl);
+    /* With VNNI the levels go in as unsigned (+128) and 128 times the activations' sums come off. */
+    __m256i table = QD_NAME(levels)(cd_kvalues_iq4nl);
+    if (QD_VNNI) table = _mm256_xor_si256(table, _mm256_set1_epi8((char)0x80));
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / CD_QK_K; i++) {
-        __m256i sum = _mm256_setzero_si256();
-        for (int j = 0; j < 8; j++) { /* sub-blocks of 32 with a 6-bit scale, offset by 32 */
-            const int ls = ((w[i].scales_l[j / 2] >> 4 * (j % 2)) & 0xf) | (((w[i].scales_h >> 2 * j) & 3) << 4);
+        __m256i p[8];
+        for (int j = 0; j < 8; j++) {
             const __m256i x = _mm256_shuffle_epi8(table, QD_NAME(nibbles)(w[i].qs + 16 * j));
-            const __m256i p = QD_NAME(dot_ss)(x, QD_NAME(load)(a[i].qs + 32 * j));
-            sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(p, _mm256_set1_epi32(ls - 32)));
+            const __m256i y = QD_NAME(load)(a[i].qs + 32 * j);
+            p[j] = QD_VNNI ? QD_NAME(dot_us)(x, y) : QD_NAME(dot_ss)(x, y);
         }
+        __m256i sum = QD_NAME(hsum8)(p);
+        if (QD_VNNI) sum = _mm256_sub_epi32(sum, _mm256_slli_epi32(QD_NAME(bsums32)(a[i].bsums), 7));
+        sum = _mm256_mullo_epi32(sum, QD_NAME(iq4xs_scales)(&w[i]));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(QD_NAME(h2f)(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sum), acc);
     }
     return QD_NAME(hsum)(acc);
@@ -366,15 +381,16 @@ static void QD_NAME(decode_q4_K)(const void *vb, float *y, int64_t n) {
     const cd_block_q4_K *b = vb;
     const __m256i low = _mm256_set1_epi8(0x0f);
     for (int64_t i = 0; i < n / CD_QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        QD_NAME(scale_min_k4)(b[i].scales, sc, mn);
-        const float d = QD_NAME(h2f)(b[i].d), dmin = QD_NAME(h2f)(b[i].dmin);
+        __m256i vsc, vmn;
+        QD_NAME(scales_mins_k4)(b[i].scales, &vsc, &vmn);
+        float sc[8], mn[8]; /* d times the scales, dmin times the mins */
+        _mm256_storeu_ps(sc, _mm256_mul_ps(_mm256_set1_ps(QD_NAME(h2f)(b[i].d)), _mm256_cvtepi32_ps(vsc)));
+        _mm256_storeu_ps(mn, _mm256_mul_ps(_mm256_set1_ps(-QD_NAME(h2f)(b[i].dmin)), _mm256_cvtepi32_ps(vmn)));
         for (int j = 0; j < 4; j++, y += 64) {
             const __m256i q = QD_NAME(load)(b[i].qs + 32 * j);
-            QD_NAME(store32)(_mm256_and_si256(q, low), _mm256_set1_ps(d * sc[2 * j]),
-                             _mm256_set1_ps(-dmin * mn[2 * j]), y);
-            QD_NAME(store32)(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), _mm256_set1_ps(d * sc[2 * j + 1]),
-                             _mm256_set1_ps(-dmin * mn[2 * j + 1]), y + 32);
+            QD_NAME(store32)(_mm256_and_si256(q, low), _mm256_set1_ps(sc[2 * j]), _mm256_set1_ps(mn[2 * j]), y);
+            QD_NAME(store32)(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), _mm256_set1_ps(sc[2 * j + 1]),
+                             _mm256_set1_ps(mn[2 * j + 1]), y + 32);
         }
     }
 }
@@ -401,12 +417,12 @@ static void QD_NAME(decode_iq4_xs)(const void *vb, float *y, int64_t n) {
     const cd_block_iq4_xs *b = vb;
     const __m256i table = QD_NAME(levels)(cd_kvalues_iq4nl);
     for (int64_t i = 0; i < n / CD_QK_K; i++) {
-        const float d = QD_NAME(h2f)(b[i].d);
-        for (int j = 0; j < 8; j++, y += 32) {
-            const int ls = ((b[i].scales_l[j / 2] >> 4 * (j % 2)) & 0xf) | (((b[i].scales_h >> 2 * j) & 3) << 4);
-            QD_NAME(store32)(_mm256_shuffle_epi8(table, QD_NAME(nibbles)(b[i].qs + 16 * j)),
-                             _mm256_set1_ps(d * (float)(ls - 32)), _mm256_setzero_ps(), y);
-        }
+        float dl[8];
+        _mm256_storeu_ps(dl, _mm256_mul_ps(_mm256_set1_ps(QD_NAME(h2f)(b[i].d)),
+                                           _mm256_cvtepi32_ps(QD_NAME(iq4xs_scales)(&b[i]))));
+        for (int j = 0; j < 8; j++, y += 32)
+            QD_NAME(store32)(_mm256_shuffle_epi8(table, QD_NAME(nibbles)(b[i].qs + 16 * j)), _mm256_set1_ps(dl[j]),
+                             _mm256_setzero_ps(), y);
     }
 }
 
