@@ -80,9 +80,9 @@ def _norm_params(op: str, x: Tensor, weight: Tensor, bias):
 
 def layer_norm(x: Tensor, weight: Tensor, bias=None, eps: float = 1e-5) -> Tensor:
     """Normalizes over the trailing dims that weight covers: (x - mean) / sqrt(var + eps) * w + b."""
-    shape = x.shape
     x2, w, b = _norm_params("layer_norm", x, weight, bias)
-    return apply(LAYER_NORM, x2, w, b, eps=float(eps)).reshape(shape)
+    out = apply(LAYER_NORM, x2, w, b, eps=float(eps))
+    return out if x2 is x else out.reshape(x.shape)
 
 
 def _layer_norm_prepare(x, w, b, eps):
@@ -111,9 +111,9 @@ def _layer_norm_backward(inputs, out, g, eps):
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     """x / sqrt(mean(x ** 2) + eps) * w over the trailing dims that weight covers."""
-    shape = x.shape
     x2, w, _ = _norm_params("rms_norm", x, weight, None)
-    return apply(RMS_NORM, x2, w, eps=float(eps)).reshape(shape)
+    out = apply(RMS_NORM, x2, w, eps=float(eps))
+    return out if x2 is x else out.reshape(x.shape)
 
 
 def _rms_norm_prepare(x, w, eps):

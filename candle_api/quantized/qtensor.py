@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtype import f32
 from ..errors import DTypeError, ShapeError
-from .ggml_types import GgmlType, check_blocks, check_rows, get_ggml_type
+from ..ops.quantized import qmatmul
+from .ggml_types import GGML_TYPES, GgmlType, check_blocks, check_rows, get_ggml_type
 
 # Unquantized GGML types: a Tensor can use their bytes as they are.
 _PLAIN = ("f32", "f16", "bf16")
+_QUANTIZED_IDS = frozenset(t.type_id for t in GGML_TYPES.values() if t.name not in _PLAIN)
 
 
 class QTensor:
@@ -151,9 +154,12 @@ class QTensor:
         ``(out_features, in_features)``), on the quantized weights: lhs
         (..., in_features) of any float dtype, the result in lhs's dtype. The
         gradient flows to lhs (the weights are constants)."""
-        from ..dtype import f32
-        from ..ops.quantized import qmatmul
-
+        # Decoding calls this a few times per layer and token: the common case goes straight to the op.
+        lay, blocks = lhs._layout, self._blocks
+        if (lhs._dtype is f32 and lay.contiguous and blocks is not None and lhs._device is blocks._device
+                and self._type.type_id in _QUANTIZED_IDS and len(self._shape) == 2 and lay.shape
+                and lay.shape[-1] == self._shape[1]):
+            return qmatmul(lhs, blocks, self._type.type_id, self._shape[0])
         if self.rank != 2:
             raise ShapeError(f"matmul_t needs a 2-d QTensor, got shape {self._shape}")
         if not lhs.dtype.is_float:
