@@ -426,6 +426,8 @@ static void QD_NAME(decode_iq4_xs)(const void *vb, float *y, int64_t n) {
     }
 }
 
+#include "templates/qdot_k23_impl.h"
+
 void QDOT_FILL(cd_isa_ops *ops) {
     ops->qdecode[CD_Q4_0] = QD_NAME(decode_q4_0);
     ops->qdecode[CD_Q4_1] = QD_NAME(decode_q4_1);
@@ -444,4 +446,5 @@ void QDOT_FILL(cd_isa_ops *ops) {
     ops->qdot[CD_Q5_K] = QD_NAME(dot_q5_K);
     ops->qdot[CD_Q6_K] = QD_NAME(dot_q6_K);
     ops->qdot[CD_IQ4_XS] = QD_NAME(dot_iq4_xs);
+    QD_NAME(fill_k23)(ops);
 }
