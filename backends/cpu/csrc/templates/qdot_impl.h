@@ -226,13 +226,25 @@ static inline __m256i QD_NAME(bsums32)(const int16_t *bsums) {
     return _mm256_madd_epi16(QD_NAME(load)(bsums), _mm256_set1_epi16(1));
 }
 
+/* q4_K / q5_K's levels of sub-blocks 2j (lo) and 2j + 1 (hi): the low and high nibbles of 32 bytes, plus
+ * q5_K's fifth bits (bits 2j and 2j + 1 of each byte of qh) when `five`. */
+static inline void QD_NAME(k45_levels)(const uint8_t *qs, __m256i hbits, int j, int five, __m256i *lo, __m256i *hi) {
+    const __m256i low = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const __m256i q = QD_NAME(load)(qs + 32 * j);
+    *lo = _mm256_and_si256(q, low);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+    if (five) {
+        *lo = _mm256_add_epi8(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
+        *hi = _mm256_add_epi8(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
+    }
+}
+
 /* Shared by q4_K and q5_K: the 4 pairs of sub-blocks of 32 values (low nibbles,
  * then high ones, of 32 bytes each), with q5_K's fifth bits from qh. */
 static inline float QD_NAME(dot_k45)(int64_t n, const void *vw, const void *va, int five) {
     const cd_block_q8_K *a = va;
     const int64_t nb = n / CD_QK_K;
     const size_t size = five ? sizeof(cd_block_q5_K) : sizeof(cd_block_q4_K);
-    const __m256i low = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
     float mins = 0;
     for (int64_t i = 0; i < nb; i++) {
@@ -246,13 +258,8 @@ static inline float QD_NAME(dot_k45)(int64_t n, const void *vw, const void *va, 
         const __m256i hbits = five ? QD_NAME(load)(((const cd_block_q5_K *)b)->qh) : _mm256_setzero_si256();
         __m256i p[8];
         for (int j = 0; j < 4; j++) {
-            const __m256i q = QD_NAME(load)(qs + 32 * j);
-            __m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
-            if (five) {
-                lo = _mm256_add_epi8(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
-                hi = _mm256_add_epi8(hi,
-                                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
-            }
+            __m256i lo, hi;
+            QD_NAME(k45_levels)(qs, hbits, j, five, &lo, &hi);
             p[2 * j] = QD_NAME(dot_us)(lo, QD_NAME(load)(a[i].qs + 64 * j));
             p[2 * j + 1] = QD_NAME(dot_us)(hi, QD_NAME(load)(a[i].qs + 64 * j + 32));
         }
@@ -377,23 +384,61 @@ static void QD_NAME(decode_q8_0)(const void *vb, float *y, int64_t n) {
         QD_NAME(store32)(QD_NAME(load)(b[i].qs), _mm256_set1_ps(QD_NAME(h2f)(b[i].d)), _mm256_setzero_ps(), y);
 }
 
-static void QD_NAME(decode_q4_K)(const void *vb, float *y, int64_t n) {
-    const cd_block_q4_K *b = vb;
-    const __m256i low = _mm256_set1_epi8(0x0f);
+static void QD_NAME(decode_q5_0)(const void *vb, float *y, int64_t n) {
+    const cd_block_q5_0 *b = vb;
+    for (int64_t i = 0; i < n / CD_QK; i++, y += CD_QK) {
+        const __m256i u = _mm256_or_si256(QD_NAME(nibbles)(b[i].qs), QD_NAME(fifth_bits)(b[i].qh));
+        QD_NAME(store32)(_mm256_sub_epi8(u, _mm256_set1_epi8(16)), _mm256_set1_ps(QD_NAME(h2f)(b[i].d)),
+                         _mm256_setzero_ps(), y);
+    }
+}
+
+static void QD_NAME(decode_q5_1)(const void *vb, float *y, int64_t n) {
+    const cd_block_q5_1 *b = vb;
+    for (int64_t i = 0; i < n / CD_QK; i++, y += CD_QK)
+        QD_NAME(store32)(_mm256_or_si256(QD_NAME(nibbles)(b[i].qs), QD_NAME(fifth_bits)(b[i].qh)),
+                         _mm256_set1_ps(QD_NAME(h2f)(b[i].d)), _mm256_set1_ps(QD_NAME(h2f)(b[i].m)), y);
+}
+
+static void QD_NAME(decode_iq4_nl)(const void *vb, float *y, int64_t n) {
+    const cd_block_iq4_nl *b = vb;
+    const __m256i table = QD_NAME(levels)(cd_kvalues_iq4nl);
+    for (int64_t i = 0; i < n / CD_QK; i++, y += CD_QK)
+        QD_NAME(store32)(_mm256_shuffle_epi8(table, QD_NAME(nibbles)(b[i].qs)), _mm256_set1_ps(QD_NAME(h2f)(b[i].d)),
+                         _mm256_setzero_ps(), y);
+}
+
+static void QD_NAME(decode_mxfp4)(const void *vb, float *y, int64_t n) {
+    const cd_block_mxfp4 *b = vb;
+    const __m256i table = QD_NAME(levels)(cd_kvalues_mxfp4);
+    for (int64_t i = 0; i < n / CD_QK; i++, y += CD_QK)
+        QD_NAME(store32)(_mm256_shuffle_epi8(table, QD_NAME(nibbles)(b[i].qs)),
+                         _mm256_set1_ps(cd_e8m0_to_f32_half(b[i].e)), _mm256_setzero_ps(), y);
+}
+
+/* Shared by q4_K and q5_K (whose fifth bits come from qh), as dot_k45. */
+static inline void QD_NAME(decode_k45)(const void *vb, float *y, int64_t n, int five) {
+    const size_t size = five ? sizeof(cd_block_q5_K) : sizeof(cd_block_q4_K);
     for (int64_t i = 0; i < n / CD_QK_K; i++) {
+        const cd_block_q4_K *b = (const cd_block_q4_K *)((const char *)vb + i * size); /* d, dmin, scales alike */
+        const uint8_t *qs = five ? ((const cd_block_q5_K *)b)->qs : b->qs;
+        const __m256i hbits = five ? QD_NAME(load)(((const cd_block_q5_K *)b)->qh) : _mm256_setzero_si256();
         __m256i vsc, vmn;
-        QD_NAME(scales_mins_k4)(b[i].scales, &vsc, &vmn);
+        QD_NAME(scales_mins_k4)(b->scales, &vsc, &vmn);
         float sc[8], mn[8]; /* d times the scales, dmin times the mins */
-        _mm256_storeu_ps(sc, _mm256_mul_ps(_mm256_set1_ps(QD_NAME(h2f)(b[i].d)), _mm256_cvtepi32_ps(vsc)));
-        _mm256_storeu_ps(mn, _mm256_mul_ps(_mm256_set1_ps(-QD_NAME(h2f)(b[i].dmin)), _mm256_cvtepi32_ps(vmn)));
+        _mm256_storeu_ps(sc, _mm256_mul_ps(_mm256_set1_ps(QD_NAME(h2f)(b->d)), _mm256_cvtepi32_ps(vsc)));
+        _mm256_storeu_ps(mn, _mm256_mul_ps(_mm256_set1_ps(-QD_NAME(h2f)(b->dmin)), _mm256_cvtepi32_ps(vmn)));
         for (int j = 0; j < 4; j++, y += 64) {
-            const __m256i q = QD_NAME(load)(b[i].qs + 32 * j);
-            QD_NAME(store32)(_mm256_and_si256(q, low), _mm256_set1_ps(sc[2 * j]), _mm256_set1_ps(mn[2 * j]), y);
-            QD_NAME(store32)(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), _mm256_set1_ps(sc[2 * j + 1]),
-                             _mm256_set1_ps(mn[2 * j + 1]), y + 32);
+            __m256i lo, hi;
+            QD_NAME(k45_levels)(qs, hbits, j, five, &lo, &hi);
+            QD_NAME(store32)(lo, _mm256_set1_ps(sc[2 * j]), _mm256_set1_ps(mn[2 * j]), y);
+            QD_NAME(store32)(hi, _mm256_set1_ps(sc[2 * j + 1]), _mm256_set1_ps(mn[2 * j + 1]), y + 32);
         }
     }
 }
+
+static void QD_NAME(decode_q4_K)(const void *b, float *y, int64_t n) { QD_NAME(decode_k45)(b, y, n, 0); }
+static void QD_NAME(decode_q5_K)(const void *b, float *y, int64_t n) { QD_NAME(decode_k45)(b, y, n, 1); }
 
 static void QD_NAME(decode_q6_K)(const void *vb, float *y, int64_t n) {
     const cd_block_q6_K *b = vb;
@@ -432,7 +477,12 @@ void QDOT_FILL(cd_isa_ops *ops) {
     ops->qdecode[CD_Q4_0] = QD_NAME(decode_q4_0);
     ops->qdecode[CD_Q4_1] = QD_NAME(decode_q4_1);
     ops->qdecode[CD_Q8_0] = QD_NAME(decode_q8_0);
+    ops->qdecode[CD_Q5_0] = QD_NAME(decode_q5_0);
+    ops->qdecode[CD_Q5_1] = QD_NAME(decode_q5_1);
+    ops->qdecode[CD_IQ4_NL] = QD_NAME(decode_iq4_nl);
+    ops->qdecode[CD_MXFP4] = QD_NAME(decode_mxfp4);
     ops->qdecode[CD_Q4_K] = QD_NAME(decode_q4_K);
+    ops->qdecode[CD_Q5_K] = QD_NAME(decode_q5_K);
     ops->qdecode[CD_Q6_K] = QD_NAME(decode_q6_K);
     ops->qdecode[CD_IQ4_XS] = QD_NAME(decode_iq4_xs);
     ops->qdot[CD_Q4_0] = QD_NAME(dot_q4_0);
