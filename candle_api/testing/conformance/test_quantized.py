@@ -40,12 +40,16 @@ def _cols(name: str) -> int:
     return 9 * size if size == 32 else 2 * size
 
 
+def _quantized(device, name: str, seed: int, rows: int):
+    """Seeded weights of ``rows`` rows and the QTensor quantized from them on ``device``."""
+    w = _weights(np.random.default_rng(seed), rows, _cols(name))
+    return w, QTensor.quantize(from_numpy(w).to_device(device), name)
+
+
 @pytest.mark.parametrize("name", TYPES)
 def test_quantize_dequantize_bit_exact(candle_device, name):
     device = get_device(candle_device)
-    rng = np.random.default_rng(1)
-    w = _weights(rng, 5, _cols(name))
-    q = QTensor.quantize(from_numpy(w).to_device(device), name)
+    w, q = _quantized(device, name, 1, 5)
     want = quantize_array(w, name)
     assert q.device == device
     np.testing.assert_array_equal(q.data, want)
@@ -97,9 +101,7 @@ def test_qmatmul_half_inputs_and_gradient(candle_device):
 @pytest.mark.parametrize("name", TYPES)
 def test_qembedding_decodes_the_rows(candle_device, name):
     device = get_device(candle_device)
-    rng = np.random.default_rng(4)
-    w = _weights(rng, 7, _cols(name))
-    q = QTensor.quantize(from_numpy(w).to_device(device), name)
+    w, q = _quantized(device, name, 4, 7)
     ids = tensor([[6, 0], [2, 2]], dtype="u32", device=device)
     got = q.embedding(ids)
     assert got.shape == (2, 2, w.shape[1])
