@@ -6,4 +6,6 @@ device's cached kernel table. Ops with no kernel on a device but a
 decomposition into other ops run as that decomposition, on the same device.
 """
 
-from . import core, creation, elementwise, shape, reduce, linalg, indexing, conv, nn, formatting, custom, optim  # noqa: F401
+from . import (  # noqa: F401
+    core, creation, elementwise, shape, reduce, linalg, indexing, conv, nn, formatting, custom, optim, quantized,
+)
