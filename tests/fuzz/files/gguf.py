@@ -18,7 +18,8 @@ SCALAR_FORMATS = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i"
                   U64: "<Q", I64: "<q", F64: "<d"}
 #: ggml type name -> (type id, values per block, bytes per block; None: plain values of that numpy type)
 TYPES = {"f32": (0, np.float32), "f16": (1, np.float16), "bf16": (30, ml_dtypes.bfloat16), "q4_0": (2, (32, 18)),
-         "q8_0": (8, (32, 34)), "q4k": (12, (256, 144)), "q6k": (14, (256, 210))}
+         "q8_0": (8, (32, 34)), "q4k": (12, (256, 144)), "q6k": (14, (256, 210)), "iq4_nl": (20, (32, 18)),
+         "iq4_xs": (23, (256, 136)), "mxfp4": (39, (32, 17))}
 KVS = [("general.architecture", STRING, "llama"), ("general.name", STRING, "é\x00x"), ("a.u32", U32, 7),
        ("a.i8", I8, -3), ("a.f32", F32, 0.5), ("a.bool", BOOL, 1), ("a.u64", U64, 2**63),
        ("tokenizer.ggml.tokens", ARRAY, (STRING, ["a", "bc", ""])), ("a.ids", ARRAY, (I32, [1, -2, 3])),

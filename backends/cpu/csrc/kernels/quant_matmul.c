@@ -14,6 +14,8 @@
 #define QMM_GEMM_MIN_ROWS 8
 /* Bytes of f32 weights decoded per GEMM call: the panel stays in L2/L3 while the GEMM reads it. */
 #define QMM_PANEL_BYTES (2 << 20)
+/* How many weight rows ahead the dot-product path prefetches. */
+#define QMM_PREFETCH_ROWS 4
 /* Bytes of weights below which a task is not worth a thread. */
 #define QMM_GRAIN_BYTES (16 << 10)
 
@@ -46,7 +48,14 @@ static int dots_task(void *vctx, int64_t begin, int64_t end) {
     for (int64_t i = 0; i < c->m; i++) { /* the task's weight rows stay in L1/L2 across the rows of x */
         const char *act = c->act + i * c->act_row;
         float *y = c->y + i * c->n;
-        for (int64_t j = begin; j < end; j++) y[j] = c->dot(c->k, c->w + j * c->w_row, act);
+        for (int64_t j = begin; j < end; j++) {
+            /* A model's matrices are short streams from memory, each split over the threads: the hardware
+             * prefetcher barely ramps up before one ends, so ask for the rows ahead. */
+            const char *ahead = c->w + (j + QMM_PREFETCH_ROWS) * c->w_row;
+            if (j + QMM_PREFETCH_ROWS < end)
+                for (int64_t b = 0; b < c->w_row; b += 64) __builtin_prefetch(ahead + b, 0, 0);
+            y[j] = c->dot(c->k, c->w + j * c->w_row, act);
+        }
     }
     return 0;
 }
