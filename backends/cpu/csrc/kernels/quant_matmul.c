@@ -51,9 +51,10 @@ static int dots_task(void *vctx, int64_t begin, int64_t end) {
         for (int64_t j = begin; j < end; j++) {
             /* A model's matrices are short streams from memory, each split over the threads: the hardware
              * prefetcher barely ramps up before one ends, so ask for the rows ahead. */
-            const char *ahead = c->w + (j + QMM_PREFETCH_ROWS) * c->w_row;
-            if (j + QMM_PREFETCH_ROWS < end)
+            if (j + QMM_PREFETCH_ROWS < end) {
+                const char *ahead = c->w + (j + QMM_PREFETCH_ROWS) * c->w_row;
                 for (int64_t b = 0; b < c->w_row; b += 64) __builtin_prefetch(ahead + b, 0, 0);
+            }
             y[j] = c->dot(c->k, c->w + j * c->w_row, act);
         }
     }
