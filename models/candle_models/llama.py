@@ -140,8 +140,8 @@ class KVCache:
         if end > self.shape[2]:
             self._grow(end)
         keys, values = self.keys[layer], self.values[layer]
-        copy_into(keys, keys.narrow(2, self.length, t)._layout, k)
-        copy_into(values, values.narrow(2, self.length, t)._layout, v)
+        copy_into(keys, keys._layout.narrow(2, self.length, t), k)
+        copy_into(values, values._layout.narrow(2, self.length, t), v)
         return keys.narrow(2, 0, end), values.narrow(2, 0, end)
 
 
