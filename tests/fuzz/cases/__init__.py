@@ -24,6 +24,8 @@ FAMILIES = {f.name: f for f in [
     Family("pickles", 300, 5_000, 20, "hostile pickles: code execution, algorithmic complexity, huge lengths"),
     Family("readonly", 1000, 50_000, 20, "every in-place writer against read-only memory"),
     Family("tensor_api", 3000, 300_000, 20, "the Tensor API against NumPy on random shapes, dtypes and views"),
+    Family("quantized", 600, 60_000, 20, "GGML-quantized tensors on the cpu kernels: hostile blocks, quantize, bad "
+                                          "input, against the NumPy codecs"),
     Family("cli", 24, 600, 90, "candle info / embed / generate with hostile arguments"),
     Family("save", 60, 2_000, 60, "faults during save: full disk, SIGKILL, concurrent writers"),
     Family("selftest", 0, 0, 3, "the harness's own check: a crash, a hang and a memory hog among passing cases"),
