@@ -50,11 +50,12 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import harness  # the timing helpers shared by the benchmarks (run as a script, its folder is on the path)
 
 HERE = Path(__file__).resolve().parent
 TYPES = ("q4_1", "q4_0", "q8_0", "q4_k", "iq4_xs")
@@ -246,25 +247,6 @@ def plain_read(words, threads: int):
     return lambda: list(pool.map(np.add.reduce, parts))
 
 
-def timed(variants: dict, reps: int) -> dict:
-    """{name: [seconds per call, one per repetition]}, the variants interleaved, each repetition
-    a batch of calls lasting >= 0.1 s (one call when a call is slower)."""
-    counts = {}
-    for name, fn in variants.items():
-        t0 = time.perf_counter()
-        fn()  # warm-up, and the time of one call
-        counts[name] = max(1, int(0.1 / max(time.perf_counter() - t0, 1e-9)))
-    out = {name: [] for name in variants}
-    for _ in range(reps):
-        for name, fn in variants.items():
-            time.sleep(PAUSE)
-            t0 = time.perf_counter()
-            for _ in range(counts[name]):
-                fn()
-            out[name].append((time.perf_counter() - t0) / counts[name])
-    return out
-
-
 def kernel_case(type_name: str, threads: int, reps: int, cache_dir: Path) -> dict:
     """matmul_t against a plain read of the same blocks, with a check of matmul_t's values."""
     import numpy as np
@@ -285,7 +267,8 @@ def kernel_case(type_name: str, threads: int, reps: int, cache_dir: Path) -> dic
     want = x @ dequantize_array(seed, t, (KERNEL_SEED_ROWS, KERNEL_COLS)).T
     err = float(np.abs(y[:, :KERNEL_SEED_ROWS] - want).max() / np.abs(want).max())
     words = blocks.view(np.uint64)
-    times = timed({"matmul_t": lambda: q.matmul_t(lhs), "read": plain_read(words, threads)}, reps)
+    times = harness.interleaved({"matmul_t": lambda: q.matmul_t(lhs), "read": plain_read(words, threads)}, reps,
+                                target=0.1, pause=PAUSE)
     return {"rows": rows, "bytes": int(blocks.nbytes), "rel_err": err,
             "matmul_t": times["matmul_t"], "read": times["read"]}
 
@@ -409,12 +392,6 @@ def tensor_types(path: Path) -> str:
     return ", ".join(f"{n} {k}" for k, n in counts.most_common())
 
 
-def summary(xs: list[float]) -> tuple[float, float]:
-    """(median, spread %)."""
-    m = statistics.median(xs)
-    return m, (100.0 * (max(xs) - min(xs)) / m if m else 0.0)
-
-
 def measure_model(model: Path, threads: int, engines: dict, args, prompt_ids, prefill_ids) -> dict:
     """{case: {engine: [per-repetition figures]}} for one model, the engines interleaved; also
     'errors' and 'tokens' (each engine's decoded tokens)."""
@@ -483,7 +460,7 @@ def report_model(type_name: str, threads: int, result: dict, saved: dict, lines:
         cells, med = [], {}
         for engine in ("candle-api", "llama.cpp"):
             if engine in per_engine:
-                m, s = summary(per_engine[engine])
+                m, s = harness.median(per_engine[engine]), harness.spread(per_engine[engine])
                 med[engine] = m
                 cells.append(f"{m:8.1f} {unit:5s}" + (f" ±{s:3.0f}%" if len(per_engine[engine]) > 1 else "      "))
             else:
@@ -514,8 +491,8 @@ def report_kernels(results: dict, threads: int, lines: list) -> dict:
         if "error" in r:
             print(f"  {type_name:6s} kernel: skipped ({r['error']})")
             continue
-        mm, mm_s = summary(r["matmul_t"])
-        rd, rd_s = summary(r["read"])
+        mm, mm_s = harness.median(r["matmul_t"]), harness.spread(r["matmul_t"])
+        rd, rd_s = harness.median(r["read"]), harness.spread(r["read"])
         ratio = rd / mm
         v = f">= {KERNEL_BAR} {'PASS' if ratio >= KERNEL_BAR else 'FAIL'}"
         gbs = r["bytes"] / 1e9
@@ -559,8 +536,6 @@ def busy_cpus(seconds: float = 1.0) -> float | None:
 
 
 def main_parent(args) -> int:
-    sys.path.insert(0, str(HERE))
-    import harness
     import numpy as np
 
     from candle_models import ModelNotFoundError, default_model

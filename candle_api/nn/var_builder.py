@@ -140,7 +140,7 @@ class _Tensors:
     def get_weight(self, shape: tuple, name: str, dtype, device):
         from ..quantized import QTensor
 
-        t = self.tensors.get(name) if name in self.tensors else None
+        t = self.tensors.get(name)
         if not isinstance(t, QTensor):
             return self.get(shape, name, None, dtype, device)
         if t.shape != shape:

@@ -33,19 +33,22 @@ def _on_host(blocks: Tensor) -> np.ndarray:
 
 
 # ---- dequantize: blocks (u8) -> f32 values ------------------------------------------------------------------
-def _dequantize_prepare(blocks, qtype):
+def _values(blocks: Tensor, qtype: int) -> int:
+    """How many values the flat blocks hold."""
     t = _ggml_type(qtype)
-    numel = blocks.shape[0] // t.type_size * t.block_size
-    return (numel,), f32, (blocks._storage, blocks._layout, qtype)
+    return blocks.shape[0] // t.type_size * t.block_size
+
+
+def _dequantize_prepare(blocks, qtype):
+    return (_values(blocks, qtype),), f32, (blocks._storage, blocks._layout, qtype)
 
 
 def _dequantize_decompose(blocks, qtype):
     from ..ops.creation import from_numpy
     from ..quantized.ggml_types import dequantize_array
 
-    t = _ggml_type(qtype)
-    numel = blocks.shape[0] // t.type_size * t.block_size
-    return from_numpy(dequantize_array(_on_host(blocks), t, (numel,)), device=blocks.device)
+    return from_numpy(dequantize_array(_on_host(blocks), _ggml_type(qtype), (_values(blocks, qtype),)),
+                      device=blocks.device)
 
 
 # ---- quantize: f32 rows -> blocks ---------------------------------------------------------------------------

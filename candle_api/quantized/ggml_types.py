@@ -105,15 +105,20 @@ def check_rows(shape: tuple, ggml_type: GgmlType) -> None:
         )
 
 
+def check_nbytes(nbytes: int, shape: tuple, ggml_type: GgmlType) -> None:
+    """Blocks of ``nbytes`` must hold a tensor of ``shape`` exactly."""
+    expected = ggml_type.nbytes(math.prod(shape))
+    if nbytes != expected:
+        raise ShapeError(f"{ggml_type.name} data of shape {shape} takes {expected} bytes, got {nbytes}")
+
+
 def check_blocks(data, shape: tuple, ggml_type: GgmlType) -> np.ndarray:
     """``data`` as the flat uint8 blocks of a tensor of ``shape``, or a clear error."""
     check_rows(shape, ggml_type)
     data = np.asarray(data)
     if data.dtype != np.uint8:
         raise DTypeError(f"quantized data must be uint8 bytes, got {data.dtype}")
-    expected = ggml_type.nbytes(math.prod(shape))
-    if data.size != expected:
-        raise ShapeError(f"{ggml_type.name} data of shape {shape} takes {expected} bytes, got {data.size}")
+    check_nbytes(data.size, shape, ggml_type)
     return data.reshape(-1)
 
 

@@ -6,8 +6,10 @@ import numpy as np
 
 from ..dtype import f32
 from ..errors import DTypeError, ShapeError
+from ..layout import numel
+from ..ops.core import same_device
 from ..ops.quantized import qmatmul
-from .ggml_types import GGML_TYPES, GgmlType, check_blocks, check_rows, get_ggml_type
+from .ggml_types import GGML_TYPES, GgmlType, check_blocks, check_nbytes, check_rows, get_ggml_type
 
 # Unquantized GGML types: a Tensor can use their bytes as they are.
 _PLAIN = ("f32", "f16", "bf16")
@@ -44,9 +46,7 @@ class QTensor:
             if data.dtype.name != "u8" or data.rank != 1:
                 raise DTypeError(f"quantized blocks must be a flat u8 tensor, got {data.dtype} of shape {data.shape}")
             check_rows(shape, t)
-            if data.shape[0] != t.nbytes(_numel(shape)):
-                raise ShapeError(f"{t.name} data of shape {shape} takes {t.nbytes(_numel(shape))} bytes, "
-                                 f"got {data.shape[0]}")
+            check_nbytes(data.shape[0], shape, t)
             self._data, self._blocks = None, data.contiguous()
         else:
             self._data, self._blocks = check_blocks(data, shape, t), None
@@ -111,7 +111,7 @@ class QTensor:
 
     @property
     def nbytes(self) -> int:
-        return self._type.nbytes(_numel(self._shape))
+        return self._type.nbytes(numel(self._shape))
 
     def __repr__(self) -> str:
         return f"QTensor[{list(self._shape)}, {self._type.name}]"
@@ -170,8 +170,7 @@ class QTensor:
         if self._type.name in _PLAIN:
             weight = self.dequantize(lhs.device)
             return lhs.matmul((weight if weight.dtype == lhs.dtype else weight.to_dtype(lhs.dtype)).t())
-        if lhs.device != self.device:
-            _same_device("matmul_t", self, lhs)
+        same_device("matmul_t", self.blocks, lhs)
         x = lhs if lhs.dtype is f32 and lhs.is_contiguous() else lhs.to_dtype(f32).contiguous()
         y = qmatmul(x, self.blocks, self._type.type_id, n)
         return y if lhs.dtype is f32 else y.to_dtype(lhs.dtype)
@@ -187,9 +186,10 @@ class QTensor:
         if not ids.dtype.is_int:
             raise DTypeError(f"embedding ids must be integers, got {ids.dtype}")
         k = self._shape[1]
-        if self._type.name in _PLAIN:
-            return self.dequantize(ids.device).index_select(ids.flatten(), 0).reshape(ids.shape + (k,))
-        _same_device("embedding", self, ids)
+        if self._type.name in _PLAIN:  # pick the rows, then convert only them
+            rows = self._plain().to_device(ids.device).index_select(ids.flatten(), 0)
+            return rows.to_dtype("f32").reshape(ids.shape + (k,))
+        same_device("embedding", self.blocks, ids)
         flat = ids.flatten().contiguous()
         return QEMBEDDING(self.blocks, flat, qtype=self._type.type_id, k=k).reshape(ids.shape + (k,))
 
@@ -223,13 +223,6 @@ class QTensor:
         return QTensor(cat([p.blocks for p in parts], 0), shape, first._type)
 
 
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def _root(a: np.ndarray) -> np.ndarray:
     """The array at the bottom of a chain of NumPy views."""
     while isinstance(a.base, np.ndarray):
@@ -241,10 +234,3 @@ def _cpu():
     from ..device import get_device
 
     return get_device("cpu")
-
-
-def _same_device(op: str, q: QTensor, t) -> None:
-    if t.device != q.device:
-        from ..errors import DeviceError
-
-        raise DeviceError(f"{op}: the QTensor is on {q.device} and its operand on {t.device}")

@@ -56,13 +56,15 @@ def test_quantize_dequantize_bit_exact(candle_device, name):
     np.testing.assert_array_equal(q.dequantize().numpy(), dequantize_array(want, name, w.shape))
 
 
-def _act_error_bound(x: np.ndarray, wq: np.ndarray, block: int) -> np.ndarray:
-    """The most that quantizing each block of x's rows (127 steps of amax / 127, scale rounded to f16)
-    can move x @ wq.T."""
+def qmatmul_bound(x: np.ndarray, wq: np.ndarray, block: int) -> np.ndarray:
+    """The most that a quantized product may be from x @ wq.T (wq the dequantized weights): quantizing
+    each block of x's rows (127 steps of amax / 127, scale rounded to f16; activations are quantized in
+    blocks as long as the weight's: Q8_0/Q8_1 32 values, Q8_K 256), bf16 operands, and f32 rounding."""
     m, k = x.shape
     step = np.abs(x.reshape(m, k // block, block)).max(-1) / 127           # (m, blocks)
     mass = np.abs(wq.reshape(len(wq), k // block, block)).sum(-1)          # (n, blocks)
-    return 0.6 * step.astype(np.float64) @ mass.T.astype(np.float64)
+    activations = 0.6 * step.astype(np.float64) @ mass.T.astype(np.float64)
+    return activations + 2**-8 * (np.abs(x) @ np.abs(wq).T) + 1e-6
 
 
 @pytest.mark.parametrize("m", [1, 3, 9])
@@ -79,8 +81,7 @@ def test_qmatmul_within_rounding(candle_device, name, m):
     wq = dequantize_array(quantize_array(w, name), name, w.shape).astype(np.float64)
     flat = x.reshape(-1, k)
     want = flat.astype(np.float64) @ wq.T
-    # Activations are quantized in blocks as long as the weight's (Q8_0/Q8_1: 32 values, Q8_K: 256).
-    bound = _act_error_bound(flat, wq, GGML_TYPES[name].block_size) + 2**-8 * (np.abs(flat) @ np.abs(wq).T) + 1e-6
+    bound = qmatmul_bound(flat, wq, GGML_TYPES[name].block_size)
     err = np.abs(y.numpy().reshape(-1, n) - want)
     assert (err <= bound).all(), f"{name}: worst error {err.max():.3g} beyond its bound {bound.flat[err.argmax()]:.3g}"
 

@@ -21,6 +21,7 @@ import numpy as np
 import candle_api as c
 from candle_api.errors import CandleError
 from candle_api.quantized import GGML_TYPES, QTensor, dequantize_array, quantize_array
+from candle_api.testing.conformance.test_quantized import qmatmul_bound
 
 from ..case import Case, pick
 
@@ -31,14 +32,6 @@ def _shape(rng, name: str) -> tuple[int, int]:
     size = GGML_TYPES[name].block_size
     blocks = int(rng.integers(1, 13 if size == 32 else 4))
     return int(rng.integers(1, 70)), blocks * size
-
-
-def _rounding_bound(x: np.ndarray, w: np.ndarray, block: int) -> np.ndarray:
-    """As candle_api.testing.conformance.test_quantized: what quantizing x's blocks and bf16 may move x @ w.T."""
-    m, k = x.shape
-    step = np.abs(x.reshape(m, k // block, block)).max(-1) / 127
-    mass = np.abs(w.reshape(len(w), k // block, block)).sum(-1)
-    return 0.6 * step @ mass.T + 2**-8 * (np.abs(x) @ np.abs(w).T) + 1e-6
 
 
 def hostile_blocks(rng, name: str):
@@ -66,7 +59,7 @@ def hostile_blocks(rng, name: str):
             return "ran (non-finite weights)"
         w = want.astype(np.float64)
         err = np.abs(y - x.astype(np.float64) @ w.T)
-        bound = _rounding_bound(x.astype(np.float64), w, t.block_size)
+        bound = qmatmul_bound(x.astype(np.float64), w, t.block_size)
         assert (err <= bound).all(), f"worst error {err.max():.3g} beyond its bound {bound.flat[err.argmax()]:.3g}"
         return "within bound"
 

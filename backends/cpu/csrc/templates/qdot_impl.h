@@ -143,11 +143,18 @@ static inline __m256i QD_NAME(block32)(int type, const char *w, const int8_t *y,
     return QD_NAME(dot_us)(u, yv);
 }
 
-/* Eight weight blocks' scales: f16 d, or MXFP4's E8M0 exponent. */
+/* A weight block's scale (f16 d, or MXFP4's E8M0 exponent), and eight blocks' at once. */
+static inline float QD_NAME(scale1)(int type, const char *w) {
+    if (type == CD_MXFP4) return cd_e8m0_to_f32_half(((const cd_block_mxfp4 *)w)->e);
+    uint16_t d;
+    memcpy(&d, w, 2);
+    return QD_NAME(h2f)(d);
+}
+
 static inline __m256 QD_NAME(scales8)(int type, const char *w, int size) {
     if (type != CD_MXFP4) return QD_NAME(f16x8)(w, size);
     float d[8];
-    for (int j = 0; j < 8; j++) d[j] = cd_e8m0_to_f32_half(((const cd_block_mxfp4 *)(w + j * size))->e);
+    for (int j = 0; j < 8; j++) d[j] = QD_NAME(scale1)(type, w + j * size);
     return _mm256_loadu_ps(d);
 }
 
@@ -185,14 +192,8 @@ static inline float QD_NAME(dot32)(int type, int64_t n, const void *vw, const vo
         const char *wb = w + b * t.size;
         const int8_t *y = (const int8_t *)(a + b * a_size + a_levels);
         const int isum = QD_NAME(hsum_i32)(QD_NAME(block32)(type, wb, y, table));
-        uint16_t d, m;
-        memcpy(&d, wb, 2);
-        const float wd = type == CD_MXFP4 ? cd_e8m0_to_f32_half(*(const uint8_t *)wb) : QD_NAME(h2f)(d);
-        tail += wd * as[b] * (float)(isum - t.offset * ys[b]);
-        if (t.min) {
-            memcpy(&m, wb + 2, 2);
-            tail += QD_NAME(h2f)(m) * as[b] * (float)ys[b];
-        }
+        tail += QD_NAME(scale1)(type, wb) * as[b] * (float)(isum - t.offset * ys[b]);
+        if (t.min) tail += QD_NAME(scale1)(type, wb + 2) * as[b] * (float)ys[b]; /* the f16 min after d */
     }
     return QD_NAME(hsum)(_mm256_add_ps(acc, mins)) + tail;
 }
