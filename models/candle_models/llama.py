@@ -17,10 +17,11 @@ import numpy as np
 import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
-from candle_api.errors import ArgumentError
+from candle_api.errors import ArgumentError, ShapeError
 from candle_api.ops.shape import copy_into
 from candle_api.quantized import QTensor
 
+from .batch_cache import BatchKVCache
 from .rope import ROPE_TYPES, RotaryEmbedding
 
 #: config.json ``model_type``s this module runs.
@@ -144,6 +145,9 @@ class KVCache:
         copy_into(values, values._layout.narrow(2, self.length, t), v)
         return keys.narrow(2, 0, end), values.narrow(2, 0, end)
 
+    def advance(self, t: int) -> None:
+        self.length += t
+
 
 class TransposedLinear(nn.Module):
     """A linear layer whose weight is kept transposed, (in, out) contiguous,
@@ -245,7 +249,10 @@ class LlamaAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(layer, k, v)
         s = k.shape[2]
-        if t == 1:
+        if isinstance(cache, BatchKVCache):  # one token per sequence, each sequence at its own length
+            q = q.reshape(b, kvh, h // kvh, self.head_dim)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=cache.mask(self.window))
+        elif t == 1:
             # Decoding sees every cached key (or the last `window`): the query heads sharing a key/value
             # head are the rows of one query matrix, so grouped attention is plain attention.
             if self.window is not None and s > self.window:
@@ -343,26 +350,39 @@ class LlamaForCausalLM(nn.Module):
     def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
         return KVCache(self.config, batch, capacity, self.dtype, self.device)
 
+    def new_batch_cache(self, max_batch: int) -> BatchKVCache:
+        """A cache for continuous batching: sequences prefilled one by one (``admit``), then decoded
+        together, one token each per forward of (batch, 1) ids."""
+        return BatchKVCache(self.config, max_batch, self.dtype, self.device)
+
     def forward(self, input_ids, cache: KVCache | None = None, last_only: bool = False) -> c.Tensor:
         """Logits for ``input_ids`` (batch, seq) of integer ids; ``last_only``
         computes them for the last position only (batch, 1, vocab), all
         that generating the next token needs. The cached positions and the
-        new ones make at most ``config.context_length``."""
+        new ones make at most ``config.context_length``. With a
+        :class:`BatchKVCache` the ids are (batch, 1), one token for each of
+        its sequences, each at its own position."""
         ids = input_ids if isinstance(input_ids, c.Tensor) else c.tensor(input_ids, dtype="u32", device=self.device)
         if ids.rank != 2:
             raise ValueError(f"input_ids must be (batch, seq), got shape {ids.shape}")
         b, t = ids.shape
-        offset = cache.length if cache is not None else 0
-        if offset + t > self.config.context_length:
-            raise ArgumentError(f"{offset + t} positions ({offset} cached + {t} new) exceed the model's "
-                                f"context length of {self.config.context_length}")
-        cos, sin = self.rotary.cos_sin(offset, t)
+        if isinstance(cache, BatchKVCache):
+            if (b, t) != (cache.batch, 1):
+                raise ShapeError(f"a batch cache of {cache.batch} sequences takes ids of shape ({cache.batch}, 1), "
+                                 f"got {ids.shape}")
+            cos, sin = self.rotary.cos_sin_at(cache.begin_step())
+        else:
+            offset = cache.length if cache is not None else 0
+            if offset + t > self.config.context_length:
+                raise ArgumentError(f"{offset + t} positions ({offset} cached + {t} new) exceed the model's "
+                                    f"context length of {self.config.context_length}")
+            cos, sin = self.rotary.cos_sin(offset, t)
         x = self.embed(ids)
         masks = {}  # the attention masks this forward needs, one per window, shared by the layers
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, cache, i, masks)
         if cache is not None:
-            cache.length += t
+            cache.advance(t)
         if last_only:
             x = x.narrow(1, t - 1, 1)
         return self.lm_head(self.model.norm(x))

@@ -84,3 +84,14 @@ class RotaryEmbedding:
             size = max(end, 2 * (self._cos.shape[0] if self._cos is not None else 256))
             self._cos, self._sin = self._tables(np.arange(size), self.inv_freq)
         return self._cos.narrow(0, offset, length), self._sin.narrow(0, offset, length)
+
+    def cos_sin_at(self, positions) -> tuple:
+        """Tables (len(positions), 1, head_dim / 2) for one token per sequence, each at its own
+        position: the rows ``cos_sin(p, 1)`` gives for each p, for a batch decoded together."""
+        end = max(positions) + 1
+        if self.dynamic and end > self.max_positions:
+            cos, sin = zip(*(self.cos_sin(p, 1) for p in positions))  # each position its own frequencies
+            return c.cat(cos, 0).unsqueeze(1), c.cat(sin, 0).unsqueeze(1)
+        self.cos_sin(0, end)  # grows the tables to cover every position
+        rows = c.tensor(list(positions), dtype="u32", device=self.device)
+        return self._cos.index_select(rows, 0).unsqueeze(1), self._sin.index_select(rows, 0).unsqueeze(1)

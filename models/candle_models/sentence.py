@@ -135,6 +135,10 @@ class SentenceEmbedder:
         """Token ids and attention mask (batch, longest text), padded on the right."""
         return self._pad(self._encode(texts))
 
+    def token_counts(self, texts) -> list[int]:
+        """How many tokens of each text the model reads (after truncation)."""
+        return [len(ids) for ids in self._encode(texts)]
+
     def _encode(self, texts) -> list[list[int]]:
         """The token ids of each text (truncated to the model's max_seq_length)."""
         texts = [check_text(text, f"texts[{i}]") for i, text in enumerate(texts)]

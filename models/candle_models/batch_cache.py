@@ -1,0 +1,123 @@
+"""A KV cache for continuous batching: sequences of different lengths decoded
+together, one token each per step, joining and leaving between steps.
+
+Each sequence owns a row of (rows, kv_heads, capacity, head_dim) buffers and
+its own length. A step writes each row's new key/value at that row's length
+and attends over the longest row's positions, a mask hiding the positions a
+shorter row does not have: one attention call per layer for the whole batch.
+Rows are kept packed (0 .. batch - 1): a sequence that leaves takes the last
+row's place, so the batch is always a prefix of the buffers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import candle_api as c
+from candle_api.errors import ArgumentError
+from candle_api.ops.shape import copy_into
+
+
+class BatchKVCache:
+    """Keys and values of up to ``max_batch`` sequences; the buffers grow by doubling, in rows and in
+    positions, as sequences join and lengthen, and are freed by :meth:`clear`."""
+
+    def __init__(self, config, max_batch: int, dtype="f32", device="cpu"):
+        if max_batch < 1:
+            raise ArgumentError(f"max_batch must be at least 1, got {max_batch}")
+        self.max_batch, self.max_length = max_batch, config.context_length
+        self.layers, self.kv_heads, self.head_dim = (config.num_hidden_layers, config.num_key_value_heads,
+                                                     config.head_dim)
+        self.dtype, self.device = dtype, device
+        self.lengths: list[int] = []  # per row: positions cached, which is the position of its next token
+        self.keys: list = []
+        self.values: list = []
+        self._masks: dict = {}  # this step's attention masks, one per window
+
+    @property
+    def batch(self) -> int:
+        return len(self.lengths)
+
+    def _reserve(self, rows: int, positions: int) -> None:
+        """Buffers with room for ``rows`` rows of ``positions`` positions, the cached ones kept."""
+        old = self.keys[0].shape if self.keys else (0, 0, 0, 0)
+        if rows <= old[0] and positions <= old[2]:
+            return
+        shape = (max(rows, min(2 * old[0], self.max_batch)), self.kv_heads,
+                 max(positions, min(2 * old[2], self.max_length)), self.head_dim)
+        for buffers in (self.keys, self.values):
+            for i in range(self.layers):
+                new = c.zeros(shape, dtype=self.dtype, device=self.device)  # zeros: masked values must be finite
+                if i < len(buffers):
+                    copy_into(new, new._layout.narrow(0, 0, old[0]).narrow(2, 0, old[2]), buffers[i])
+                    buffers[i] = new
+                else:
+                    buffers.append(new)
+
+    def admit(self, cache) -> int:
+        """Adds the sequence a (batch 1) ``KVCache`` holds, as after its prompt; returns its row."""
+        if self.batch == self.max_batch:
+            raise ArgumentError(f"the batch is full ({self.max_batch} sequences)")
+        if cache.shape[0] != 1:
+            raise ArgumentError(f"admit takes a cache of one sequence, got batch {cache.shape[0]}")
+        row, n = self.batch, cache.length
+        self._reserve(row + 1, n)
+        for dst, src in ((self.keys, cache.keys), (self.values, cache.values)):
+            for layer in range(self.layers):
+                copy_into(dst[layer], dst[layer]._layout.narrow(0, row, 1).narrow(2, 0, n), src[layer].narrow(2, 0, n))
+        self.lengths.append(n)
+        return row
+
+    def release(self, row: int) -> int | None:
+        """Removes the sequence in ``row``; the last row moves into its place. Returns the row that
+        moved (its old index), or None when ``row`` was the last."""
+        last = self.batch - 1
+        if not 0 <= row <= last:
+            raise ArgumentError(f"row {row} is not in the batch of {self.batch}")
+        n = self.lengths.pop()
+        if row == last:
+            return None
+        for buffers in (self.keys, self.values):
+            for buf in buffers:
+                copy_into(buf, buf._layout.narrow(0, row, 1).narrow(2, 0, n), buf.narrow(0, last, 1).narrow(2, 0, n))
+        self.lengths[row] = n
+        return last
+
+    def clear(self) -> None:
+        """Drops every sequence and frees the buffers."""
+        self.lengths, self.keys, self.values, self._masks = [], [], [], {}
+
+    # ---- what a decoding step uses (LlamaForCausalLM.forward) ---------------------------------------
+    def begin_step(self) -> list[int]:
+        """Makes room for this step's token in every row; returns each row's position."""
+        if not self.lengths:
+            raise ArgumentError("the batch is empty")
+        end = max(self.lengths) + 1
+        if end > self.max_length:
+            raise ArgumentError(f"a sequence would pass the context length of {self.max_length}")
+        self._reserve(self.batch, end)
+        self._masks = {}
+        return list(self.lengths)
+
+    def update(self, layer: int, k: c.Tensor, v: c.Tensor) -> tuple[c.Tensor, c.Tensor]:
+        """Writes this step's (batch, kv_heads, 1, head_dim) keys and values, each row at its own
+        position; returns views of every row's positions up to the longest."""
+        keys, values = self.keys[layer], self.values[layer]
+        for row, n in enumerate(self.lengths):
+            copy_into(keys, keys._layout.narrow(0, row, 1).narrow(2, n, 1), k.narrow(0, row, 1))
+            copy_into(values, values._layout.narrow(0, row, 1).narrow(2, n, 1), v.narrow(0, row, 1))
+        end = max(self.lengths) + 1
+        return keys.narrow(0, 0, self.batch).narrow(2, 0, end), values.narrow(0, 0, self.batch).narrow(2, 0, end)
+
+    def mask(self, window: int | None) -> c.Tensor:
+        """u8 (batch, 1, 1, longest + 1): row i sees positions j <= lengths[i] (the last ``window``)."""
+        if window not in self._masks:
+            pos = np.asarray(self.lengths)[:, None]
+            keys = np.arange(pos.max() + 1)[None, :]
+            keep = keys <= pos
+            if window is not None:
+                keep &= pos - keys < window
+            self._masks[window] = c.from_numpy(keep.astype(np.uint8)[:, None, None, :]).to_device(self.device)
+        return self._masks[window]
+
+    def advance(self, t: int) -> None:
+        self.lengths = [n + t for n in self.lengths]
