@@ -80,11 +80,30 @@ class Sampler:
             cut = np.partition(probs, probs.size - self.top_k)[probs.size - self.top_k]
             probs[probs < cut] = 0.0
         if self.top_p is not None and self.top_p < 1.0:
-            order = np.argsort(-probs, kind="stable")
-            sorted_probs = probs[order] / probs.sum()
-            mass_before = np.cumsum(sorted_probs) - sorted_probs
-            probs[order[mass_before >= self.top_p]] = 0.0  # keeps the smallest prefix reaching top_p
+            probs = self._nucleus(probs)
         return probs / probs.sum()
+
+    def _nucleus(self, probs: np.ndarray) -> np.ndarray:
+        """Keeps the smallest set of most likely tokens whose probabilities reach top_p. Sorting the
+        whole vocabulary costs milliseconds; the set is nearly always among the few hundred most
+        likely, so those are sorted first (all tokens tied with the last of them included, so the
+        order is the full stable sort's), and more only when they fall short."""
+        total, count = probs.sum(), 256
+        while True:
+            if count < probs.size:
+                cut = np.partition(probs, probs.size - count)[probs.size - count]
+                candidates = np.flatnonzero(probs >= cut)
+            else:
+                candidates = np.arange(probs.size)
+            order = candidates[np.argsort(-probs[candidates], kind="stable")]
+            sorted_probs = probs[order] / total
+            mass_before = np.cumsum(sorted_probs) - sorted_probs
+            if mass_before[-1] >= self.top_p or order.size == probs.size:
+                kept = order[mass_before < self.top_p]
+                nucleus = np.zeros_like(probs)
+                nucleus[kept] = probs[kept]
+                return nucleus
+            count *= 8
 
     def sample(self, logits, history=()) -> int:
         """The next token for a 1-d logits vector (a Tensor or array) after ``history`` (token ids)."""

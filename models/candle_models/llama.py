@@ -367,10 +367,11 @@ class LlamaForCausalLM(nn.Module):
             raise ValueError(f"input_ids must be (batch, seq), got shape {ids.shape}")
         b, t = ids.shape
         if isinstance(cache, BatchKVCache):
+            positions = cache.begin_step()
             if (b, t) != (cache.batch, 1):
                 raise ShapeError(f"a batch cache of {cache.batch} sequences takes ids of shape ({cache.batch}, 1), "
                                  f"got {ids.shape}")
-            cos, sin = self.rotary.cos_sin_at(cache.begin_step())
+            cos, sin = self.rotary.cos_sin_at(positions)
         else:
             offset = cache.length if cache is not None else 0
             if offset + t > self.config.context_length:

@@ -1,0 +1,218 @@
+"""Continuous batching: the Llama family decoding sequences of different
+lengths in one forward (BatchKVCache), and the serve engine that joins and
+retires requests between steps."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import candle_api as c
+from candle_api.errors import ArgumentError, ShapeError
+from candle_models import ModelNotFoundError, default_model
+from candle_models.generation import Sampler, generate_ids
+from candle_models.llama import LlamaForCausalLM
+from candle_models.serve.engine import Engine, Generation, QueueFull, StopText
+from candle_models.tokenizer import Tokenizer
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def single_logits(model, prompt, feed):
+    """Each fed token's logits, decoding the sequence alone."""
+    cache = model.new_cache(capacity=4)
+    model([prompt], cache)
+    return [model([[t]], cache, last_only=True)[0, 0].numpy() for t in feed]
+
+
+def batched_logits(model, prompts, feeds, joins, leaves):
+    """The same through one BatchKVCache: sequence i joins before step joins[i] and leaves after
+    step leaves[i]; rows move as sequences leave."""
+    cache = model.new_batch_cache(len(prompts))
+    rows, out = [], [[] for _ in prompts]  # rows[r] is the sequence in row r
+    for step in range(max(leaves) + 1):
+        for i, join in enumerate(joins):
+            if join == step:
+                single = model.new_cache()
+                model([prompts[i]], single)
+                assert cache.admit(single) == len(rows)
+                rows.append(i)
+        logits = model([[feeds[i][len(out[i])]] for i in rows], cache, last_only=True)
+        for r, i in enumerate(rows):
+            out[i].append(logits[r, 0].numpy())
+        for r in reversed(range(len(rows))):
+            if leaves[rows[r]] == step:
+                moved = cache.release(r)
+                last = rows.pop()
+                if moved is not None:
+                    rows[r] = last
+    return out
+
+
+@pytest.mark.parametrize("name", ["tiny_llama3", "tiny_mistral", "tiny_qwen2", "tiny_llama_dynamic"])
+def test_a_batch_decodes_each_sequence_as_alone(name):
+    model = LlamaForCausalLM.from_pretrained(FIXTURES / name)
+    rng = np.random.default_rng(0)
+    prompts = [list(rng.integers(0, model.config.vocab_size, n)) for n in (5, 8, 3, 7, 2)]  # within 16 positions
+    joins, leaves = [0, 0, 2, 3, 3], [3, 6, 8, 5, 8]
+    feeds = [list(rng.integers(0, model.config.vocab_size, leave - join + 1)) for join, leave in zip(joins, leaves)]
+    with c.no_grad():
+        batched = batched_logits(model, prompts, feeds, joins, leaves)
+        for i, prompt in enumerate(prompts):
+            alone = single_logits(model, prompt, feeds[i])
+            assert len(batched[i]) == len(alone)
+            np.testing.assert_allclose(np.stack(batched[i]), np.stack(alone), atol=1e-5, rtol=1e-5)
+
+
+def test_sliding_windows_and_dynamic_rope_past_the_window():
+    """Positions past tiny_mistral's window and tiny_llama_dynamic's max_position_embeddings."""
+    for name in ("tiny_mistral", "tiny_llama_dynamic"):
+        model = LlamaForCausalLM.from_pretrained(FIXTURES / name)
+        long = min(model.config.sliding_windows[0] or model.config.max_position_embeddings,
+                   model.config.max_position_embeddings) + 3
+        prompts = [list(range(1, long + 1)), [4, 2]]
+        feeds = [[7, 8, 9, 10], [1, 2, 3, 4]]
+        with c.no_grad():
+            batched = batched_logits(model, prompts, feeds, [0, 0], [3, 3])
+            for i in range(2):
+                np.testing.assert_allclose(np.stack(batched[i]), np.stack(single_logits(model, prompts[i], feeds[i])),
+                                           atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    try:
+        path = default_model("generate")
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+    return LlamaForCausalLM.from_pretrained(path), Tokenizer.from_pretrained(path)
+
+
+def test_quantized_rows_are_bit_identical_to_decoding_alone(smollm2):
+    model, _ = smollm2
+    prompts, feeds = [[1, 2, 3], [9, 8, 7, 6, 5], [42]], [[5, 6, 7], [1, 1, 1], [2, 3, 4]]
+    with c.no_grad():
+        batched = batched_logits(model, prompts, feeds, [0, 0, 0], [2, 2, 2])
+        for i in range(3):
+            assert np.array_equal(np.stack(batched[i]), np.stack(single_logits(model, prompts[i], feeds[i])))
+
+
+def test_batch_cache_misuse_is_named():
+    model = LlamaForCausalLM.from_pretrained(FIXTURES / "tiny_llama3")
+    cache = model.new_batch_cache(1)
+    with c.no_grad():
+        with pytest.raises(ArgumentError, match="empty"):
+            model([[1]], cache)
+        single = model.new_cache()
+        model([[1, 2]], single)
+        cache.admit(single)
+        with pytest.raises(ArgumentError, match="full"):
+            cache.admit(single)
+        with pytest.raises(ShapeError, match=r"\(1, 1\)"):
+            model([[1, 2]], cache)
+        with pytest.raises(ArgumentError, match="row 3"):
+            cache.release(3)
+        two = model.new_cache(batch=2)
+        cache.release(0)
+        with pytest.raises(ArgumentError, match="one sequence"):
+            cache.admit(two)
+    with pytest.raises(ArgumentError, match="max_batch"):
+        model.new_batch_cache(0)
+
+
+def test_the_cache_grows_and_is_freed():
+    model = LlamaForCausalLM.from_pretrained(FIXTURES / "tiny_llama3")
+    cache = model.new_batch_cache(8)
+    with c.no_grad():
+        for n in (3, 100):
+            single = model.new_cache()
+            model([[i % 90 for i in range(n)]], single)
+            cache.admit(single)
+        assert cache.keys[0].shape[0] == 2 and cache.keys[0].shape[2] >= 100
+        model([[1], [2]], cache)
+        assert cache.lengths == [4, 101]
+    cache.clear()
+    assert cache.batch == 0 and cache.keys == []
+
+
+# ---- the engine -----------------------------------------------------------------------------------------
+
+class Collector:
+    """A generation's events, gathered on the worker thread."""
+
+    def __init__(self):
+        self.text, self.end, self.done = [], None, threading.Event()
+
+    def __call__(self, kind, value):
+        if kind == "text":
+            self.text.append(value)
+        else:
+            self.end = value
+            self.done.set()
+
+
+def run_engine(engine, gens, timeout=60):
+    engine.start()
+    try:
+        for gen in gens:
+            engine.submit(gen)
+        for gen in gens:
+            assert gen.emit.done.wait(timeout)
+    finally:
+        engine.stop()
+
+
+def test_concurrent_generations_share_steps_and_match_generating_alone(smollm2):
+    model, tokenizer = smollm2
+    prompts = [tokenizer.encode_chat(q) for q in ("What is the capital of France?", "Name a colour.",
+                                                   "Count to five.", "Say hello.", "What is 2 + 2?")]
+    engine = Engine(model, tokenizer, max_batch=4, max_queue=4)
+    gens = [Generation(p, 24, Sampler(0.8, seed=i), Collector(), frozenset(tokenizer.stop_token_ids))
+            for i, p in enumerate(prompts)]
+    run_engine(engine, gens)
+    tokens = 0
+    for i, (prompt, gen) in enumerate(zip(prompts, gens)):
+        alone = list(generate_ids(model, prompt, 24, Sampler(0.8, seed=i), tokenizer.stop_token_ids))
+        assert "".join(gen.emit.text) == tokenizer.decode(alone, skip_special_tokens=True)
+        assert gen.completion_tokens == len(alone) and gen.emit.end == ("length" if len(alone) == 24 else "stop")
+        tokens += len(alone)
+    assert engine.steps < tokens - len(prompts)  # tokens after the first come from steps shared by several
+
+
+def test_stop_texts_cancellation_and_a_full_queue(smollm2):
+    model, tokenizer = smollm2
+    prompt = tokenizer.encode_chat("What is the capital of France?")
+    engine = Engine(model, tokenizer, max_batch=1, max_queue=1)
+    stopped = Generation(prompt, 30, Sampler(0), Collector(), stop_texts=("Paris",))
+    run_engine(engine, [stopped])
+    assert "".join(stopped.emit.text) == "The capital of France is " and stopped.emit.end == "stop"
+
+    engine = Engine(model, tokenizer, max_batch=1, max_queue=1)
+    long, waiting = Generation(prompt, 10_000, Sampler(0), Collector()), Generation(prompt, 3, Sampler(0), Collector())
+    engine.submit(long)
+    engine.submit(waiting)
+    with pytest.raises(QueueFull):
+        engine.submit(Generation(prompt, 1, Sampler(0), Collector()))
+    engine.start()
+    try:
+        while long.completion_tokens < 2:
+            time.sleep(0.01)
+        long.cancel()
+        assert waiting.emit.done.wait(60)  # it got the row the cancelled one left
+        assert waiting.completion_tokens == 3 and long.completion_tokens < 100 and not long.emit.done.is_set()
+    finally:
+        engine.stop()
+
+
+def test_stop_texts_are_held_back_until_they_are_decided():
+    stop = StopText(["</s>", "END"])
+    assert stop.push("Hello <") == ("Hello ", False)
+    assert stop.push("/") == ("", False)
+    assert stop.push("p>") == ("</p>", False)
+    assert stop.push(" E") == (" ", False)
+    assert stop.push("ND and more") == ("", True)
+    assert StopText(["ab"]).push("xxa") == ("xx", False)
