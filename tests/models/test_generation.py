@@ -309,3 +309,19 @@ def test_cli_turns_any_failure_into_one_line(capsys, monkeypatch, exc, message):
     monkeypatch.setattr(LlamaForCausalLM, "from_pretrained", fail)
     code, out, err = generate_cli(capsys, "--max-tokens", "2", "hi")
     assert (code, out, err) == (1, "", f"candle generate: error: {message}\n")
+
+
+@pytest.mark.parametrize("scale", [0.05, 2.0, 20.0])
+@pytest.mark.parametrize("top_p", [0.3, 0.9, 0.999999])
+def test_top_p_keeps_what_a_full_stable_sort_keeps(scale, top_p):
+    """The nucleus is found among the most likely tokens first; ties and flat distributions
+    (a nucleus of most of the vocabulary) give what sorting everything gives."""
+    logits = (np.random.default_rng(3).standard_normal(5000) * scale).astype(np.float32)
+    logits[:40] = logits[40]  # a tie that straddles the candidates' cut
+    z = logits.astype(np.float64) / 0.7
+    z = np.exp(z - z.max())
+    order = np.argsort(-z, kind="stable")
+    sorted_p = z[order] / z.sum()
+    expected = z.copy()
+    expected[order[np.cumsum(sorted_p) - sorted_p >= top_p]] = 0
+    np.testing.assert_array_equal(Sampler(0.7, top_p=top_p).probabilities(logits), expected / expected.sum())
