@@ -74,8 +74,10 @@ class Sampler:
 
     def probabilities(self, logits: np.ndarray) -> np.ndarray:
         """The distribution a token is drawn from: tempered softmax, cut to top-k then top-p, renormalized."""
-        z = logits.astype(np.float64) / self.temperature
-        probs = np.exp(z - z.max())
+        probs = logits.astype(np.float64)  # in place from here: a vocabulary's worth of float64 per step
+        probs /= self.temperature
+        probs -= probs.max()
+        np.exp(probs, out=probs)
         if self.top_k is not None and self.top_k < probs.size:
             cut = np.partition(probs, probs.size - self.top_k)[probs.size - self.top_k]
             probs[probs < cut] = 0.0
