@@ -42,8 +42,8 @@ class BatchKVCache:
         old = self.keys[0].shape if self.keys else (0, 0, 0, 0)
         if rows <= old[0] and positions <= old[2]:
             return
-        shape = (max(rows, min(2 * old[0], self.max_batch)), self.kv_heads,
-                 max(positions, min(2 * old[2], self.max_length)), self.head_dim)
+        shape = (_grown(old[0], rows, self.max_batch), self.kv_heads, _grown(old[2], positions, self.max_length),
+                 self.head_dim)
         for buffers in (self.keys, self.values):
             for i in range(self.layers):
                 new = c.zeros(shape, dtype=self.dtype, device=self.device)  # zeros: masked values must be finite
@@ -121,3 +121,8 @@ class BatchKVCache:
 
     def advance(self, t: int) -> None:
         self.lengths = [n + t for n in self.lengths]
+
+
+def _grown(size: int, needed: int, limit: int) -> int:
+    """``size`` if it holds ``needed``, else doubled (at least ``needed``, at most ``limit``)."""
+    return size if needed <= size else max(needed, min(2 * size, limit))

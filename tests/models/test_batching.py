@@ -216,3 +216,17 @@ def test_stop_texts_are_held_back_until_they_are_decided():
     assert stop.push(" E") == (" ", False)
     assert stop.push("ND and more") == ("", True)
     assert StopText(["ab"]).push("xxa") == ("xx", False)
+
+
+def test_rows_and_positions_grow_each_only_when_needed():
+    model = LlamaForCausalLM.from_pretrained(FIXTURES / "tiny_llama3")
+    cache = model.new_batch_cache(8)
+    with c.no_grad():
+        single = model.new_cache()
+        model([[1, 2, 3]], single)
+        cache.admit(single)
+        for _ in range(20):
+            model([[1]], cache)
+        assert cache.keys[0].shape[0] == 1 and cache.keys[0].shape[2] == 24  # 3 -> 6 -> 12 -> 24 positions
+        cache.admit(single)
+        assert cache.keys[0].shape[:3:2] == (2, 24)

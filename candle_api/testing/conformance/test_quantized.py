@@ -67,7 +67,7 @@ def qmatmul_bound(x: np.ndarray, wq: np.ndarray, block: int) -> np.ndarray:
     return activations + 2**-8 * (np.abs(x) @ np.abs(wq).T) + 1e-6
 
 
-@pytest.mark.parametrize("m", [1, 3, 9])
+@pytest.mark.parametrize("m", [1, 3, 9, 40])  # 2m rows: dot products, decoded tiles (8+), the GEMM (32+)
 @pytest.mark.parametrize("name", TYPES)
 def test_qmatmul_within_rounding(candle_device, name, m):
     device = get_device(candle_device)

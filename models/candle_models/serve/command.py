@@ -4,6 +4,7 @@ also reports the errors raised here)."""
 
 from __future__ import annotations
 
+import faulthandler
 import ipaddress
 import os
 import signal
@@ -41,6 +42,7 @@ def model_id(spec, name: str | None, task: str) -> str:
 
 
 def main(args) -> int:
+    faulthandler.enable()  # a fault in native code leaves the Python stacks of every thread in the log
     for name in ("max_concurrent", "max_queue", "max_body_bytes"):
         if getattr(args, name) < (0 if name == "max_queue" else 1):
             raise ArgumentError(f"--{name.replace('_', '-')} must be at least {0 if name == 'max_queue' else 1}, "

@@ -10,8 +10,12 @@
 #include "runtime/internal.h"
 #include "runtime/isa.h"
 
-/* From this many rows of x on, decoding W once and a GEMM beat m dot products per weight row. */
-#define QMM_GEMM_MIN_ROWS 8
+/* From this many rows of x on, decoding W once beats m quantized dot products per weight row: tiles of
+ * decoded rows against every row of x, and from QMM_GEMM_MIN_ROWS on, decoded panels and the GEMM. */
+#define QMM_TILE_MIN_ROWS 8
+#define QMM_GEMM_MIN_ROWS 32
+/* Weight rows decoded together in the tile path (cd_ops.dot_rows_f32 takes up to 4). */
+#define QMM_TILE_ROWS 4
 /* Bytes of f32 weights decoded per GEMM call: the panel stays in L2/L3 while the GEMM reads it. */
 #define QMM_PANEL_BYTES (2 << 20)
 /* How many weight rows ahead the dot-product path prefetches. */
@@ -95,6 +99,38 @@ static int qmatmul_dots(const cd_qtype_info *t, int64_t m, int64_t n, int64_t k,
     return rc;
 }
 
+/* ---- a batch of rows: decoded tiles ----------------------------------------------------------------------
+ * Each task decodes its weight rows a few at a time into a small f32 tile (in L1) and takes their dot
+ * products with every row of x: the weights are decoded once whatever m is, and for the m of a decoding
+ * batch this costs less than packing panels for a GEMM. */
+typedef struct {
+    cd_dequant_row_fn *decode;
+    int64_t m, n, k, w_row;
+    const char *w;
+    const float *x;
+    float *y;
+} tiles_ctx;
+
+static int tiles_task(void *vctx, int64_t begin, int64_t end) {
+    const tiles_ctx *c = vctx;
+    float *tile = cd_scratch(QMM_TILE_ROWS * c->k * 4);
+    if (!tile) return -1;
+    for (int64_t j = begin; j < end; j += QMM_TILE_ROWS) {
+        const int rows = (int)CD_MIN(QMM_TILE_ROWS, end - j);
+        for (int r = 0; r < rows; r++) c->decode(c->w + (j + r) * c->w_row, tile + r * c->k, c->k);
+        cd_ops.dot_rows_f32(tile, rows, c->x, c->m, c->k, c->y + j, c->n);
+    }
+    cd_scratch_free(tile);
+    return 0;
+}
+
+static int qmatmul_tiles(const cd_qtype_info *t, int64_t m, int64_t n, int64_t k, const char *w, const float *x,
+                         float *y) {
+    tiles_ctx c = {cd_ops.qdecode[t->id] ? cd_ops.qdecode[t->id] : t->dequantize, m, n, k,
+                   k / t->block_size * t->type_size, w, x, y};
+    return cd_parallel_for(n, CD_MAX(QMM_TILE_ROWS, rows_per_task(c.w_row)), tiles_task, &c);
+}
+
 /* ---- many rows: decoded panels and the GEMM ------------------------------------------------------------
  * With AVX-512 BF16 dot products the panel and x are rounded to bf16 (a quarter of the f32 GEMM's time
  * here, and a smaller error than the weights' own quantization); elsewhere the f32 GEMM runs. */
@@ -152,7 +188,8 @@ CD_API int cd_qmatmul(int32_t type, int64_t m, int64_t n, int64_t k, const void 
         memset(y, 0, (size_t)(m * n) * sizeof(float));
         return 0;
     }
-    if (m < QMM_GEMM_MIN_ROWS && t->act_type >= 0 && cd_ops.qdot[t->id]) return qmatmul_dots(t, m, n, k, w, x, y);
+    if (m < QMM_TILE_MIN_ROWS && t->act_type >= 0 && cd_ops.qdot[t->id]) return qmatmul_dots(t, m, n, k, w, x, y);
+    if (m < QMM_GEMM_MIN_ROWS) return qmatmul_tiles(t, m, n, k, w, x, y);
     return qmatmul_gemm(t, m, n, k, w, x, y);
 }
 

@@ -33,6 +33,9 @@ typedef struct {
     /* Contiguous f32 runs: the sum in double, and the max (or min), NaN when any is NaN. */
     double (*sum_f32)(const float *x, int64_t n);
     float (*extreme_f32)(const float *x, int64_t n, int is_max);
+    /* y[i * ldy + j] = x[i] . w[j] for the m rows of x and the nw <= 4 rows of w, each k contiguous floats
+     * (a tile of decoded weight rows against a few activation rows: each load of x feeds nw products). */
+    void (*dot_rows_f32)(const float *w, int nw, const float *x, int64_t m, int64_t k, float *y, int64_t ldy);
     /* By ggml type id: a weight row's dot product with activations quantized in its act_type. */
     cd_qdot_fn *qdot[CD_QTYPE_COUNT];
     /* By ggml type id: rows decoded to f32 for the GEMM path (NULL: the type's own dequantizer); the

@@ -346,6 +346,29 @@ static float extreme_f32(const float *x, int64_t n, int is_max) {
     return r;
 }
 
+/* y[i * ldy + j] = x[i] . w[j]: four weight rows at a time share each load of x. */
+static void dot_rows_f32(const float *w, int nw, const float *x, int64_t m, int64_t k, float *y, int64_t ldy) {
+    const float *w1 = w + (nw > 1) * k, *w2 = w + (nw > 2) * 2 * k, *w3 = w + (nw > 3) * 3 * k;
+    for (int64_t i = 0; i < m; i++) {
+        const float *xi = x + i * k;
+        vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
+        int64_t p = 0;
+        for (; p + VW <= k; p += VW) { /* rows past nw repeat row 0 (harmless loads, results dropped) */
+            const vf xv = vload(xi + p);
+            a0 = vfma(xv, vload(w + p), a0);
+            a1 = vfma(xv, vload(w1 + p), a1);
+            a2 = vfma(xv, vload(w2 + p), a2);
+            a3 = vfma(xv, vload(w3 + p), a3);
+        }
+        float s[4] = {vhsum(a0), vhsum(a1), vhsum(a2), vhsum(a3)};
+        const float *rows[4] = {w, w1, w2, w3};
+        for (int j = 0; j < nw; j++) {
+            for (int64_t q = p; q < k; q++) s[j] += xi[q] * rows[j][q];
+            y[i * ldy + j] = s[j];
+        }
+    }
+}
+
 void VMATH_FILL(cd_isa_ops *ops) {
     ops->unary_f32[CD_UNARY_exp] = map_exp;
     ops->unary_f32[CD_UNARY_log] = map_log;
@@ -367,4 +390,5 @@ void VMATH_FILL(cd_isa_ops *ops) {
     ops->norm_row = norm_row;
     ops->sum_f32 = sum_f32;
     ops->extreme_f32 = extreme_f32;
+    ops->dot_rows_f32 = dot_rows_f32;
 }

@@ -69,6 +69,15 @@ static float extreme_f32(const float *x, int64_t n, int is_max) {
     return r;
 }
 
+static void dot_rows_f32(const float *w, int nw, const float *x, int64_t m, int64_t k, float *y, int64_t ldy) {
+    for (int64_t i = 0; i < m; i++)
+        for (int j = 0; j < nw; j++) {
+            float s = 0;
+            for (int64_t p = 0; p < k; p++) s += x[i * k + p] * w[j * k + p];
+            y[i * ldy + j] = s;
+        }
+}
+
 void cd_isa_fill_generic(cd_isa_ops *ops) {
     *ops = (cd_isa_ops){.gemm = cd_gemm_generic,
                         .f16_to_f32 = f16_to_f32,
@@ -78,6 +87,7 @@ void cd_isa_fill_generic(cd_isa_ops *ops) {
                         .softmax_row = softmax_row,
                         .norm_row = norm_row,
                         .sum_f32 = sum_f32,
-                        .extreme_f32 = extreme_f32};
+                        .extreme_f32 = extreme_f32,
+                        .dot_rows_f32 = dot_rows_f32};
     cd_qdot_generic(ops);
 }
