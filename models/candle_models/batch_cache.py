@@ -108,10 +108,14 @@ class BatchKVCache:
         end = max(self.lengths) + 1
         return keys.narrow(0, 0, self.batch).narrow(2, 0, end), values.narrow(0, 0, self.batch).narrow(2, 0, end)
 
-    def mask(self, window: int | None) -> c.Tensor:
-        """u8 (batch, 1, 1, longest + 1): row i sees positions j <= lengths[i] (the last ``window``)."""
+    def mask(self, window: int | None) -> c.Tensor | None:
+        """u8 (batch, 1, 1, longest + 1): row i sees positions j <= lengths[i] (the last ``window``);
+        None when every row sees every position (rows of one length, no window cutting in)."""
         if window not in self._masks:
             pos = np.asarray(self.lengths)[:, None]
+            if pos.min() == pos.max() and (window is None or window > pos.max()):
+                self._masks[window] = None
+                return None
             keys = np.arange(pos.max() + 1)[None, :]
             keep = keys <= pos
             if window is not None:

@@ -88,6 +88,9 @@ class RotaryEmbedding:
     def cos_sin_at(self, positions) -> tuple:
         """Tables (len(positions), 1, head_dim / 2) for one token per sequence, each at its own
         position: the rows ``cos_sin(p, 1)`` gives for each p, for a batch decoded together."""
+        if len(positions) == 1:  # a lone sequence: a narrow of the table, as its own forward would take
+            cos, sin = self.cos_sin(positions[0], 1)
+            return cos.unsqueeze(0), sin.unsqueeze(0)
         end = max(positions) + 1
         if self.dynamic and end > self.max_positions:
             cos, sin = zip(*(self.cos_sin(p, 1) for p in positions))  # each position its own frequencies
