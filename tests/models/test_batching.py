@@ -13,11 +13,9 @@ import pytest
 
 import candle_api as c
 from candle_api.errors import ArgumentError, ShapeError
-from candle_models import ModelNotFoundError, default_model
 from candle_models.generation import Sampler, generate_ids
 from candle_models.llama import LlamaForCausalLM
 from candle_models.serve.engine import Engine, Generation, QueueFull, StopText
-from candle_models.tokenizer import Tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -83,17 +81,8 @@ def test_sliding_windows_and_dynamic_rope_past_the_window():
                                            atol=1e-5, rtol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    try:
-        path = default_model("generate")
-    except ModelNotFoundError as exc:
-        pytest.skip(str(exc))
-    return LlamaForCausalLM.from_pretrained(path), Tokenizer.from_pretrained(path)
-
-
-def test_quantized_rows_are_bit_identical_to_decoding_alone(smollm2):
-    model, _ = smollm2
+def test_quantized_rows_are_bit_identical_to_decoding_alone(smollm2_chat):
+    model, _ = smollm2_chat
     prompts, feeds = [[1, 2, 3], [9, 8, 7, 6, 5], [42]], [[5, 6, 7], [1, 1, 1], [2, 3, 4]]
     with c.no_grad():
         batched = batched_logits(model, prompts, feeds, [0, 0, 0], [2, 2, 2])
@@ -166,8 +155,8 @@ def run_engine(engine, gens, timeout=60):
         engine.stop()
 
 
-def test_concurrent_generations_share_steps_and_match_generating_alone(smollm2):
-    model, tokenizer = smollm2
+def test_concurrent_generations_share_steps_and_match_generating_alone(smollm2_chat):
+    model, tokenizer = smollm2_chat
     prompts = [tokenizer.encode_chat(q) for q in ("What is the capital of France?", "Name a colour.",
                                                    "Count to five.", "Say hello.", "What is 2 + 2?")]
     engine = Engine(model, tokenizer, max_batch=4, max_queue=4)
@@ -183,8 +172,8 @@ def test_concurrent_generations_share_steps_and_match_generating_alone(smollm2):
     assert engine.steps < tokens - len(prompts)  # tokens after the first come from steps shared by several
 
 
-def test_stop_texts_cancellation_and_a_full_queue(smollm2):
-    model, tokenizer = smollm2
+def test_stop_texts_cancellation_and_a_full_queue(smollm2_chat):
+    model, tokenizer = smollm2_chat
     prompt = tokenizer.encode_chat("What is the capital of France?")
     engine = Engine(model, tokenizer, max_batch=1, max_queue=1)
     stopped = Generation(prompt, 30, Sampler(0), Collector(), stop_texts=("Paris",))

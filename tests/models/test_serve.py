@@ -254,6 +254,35 @@ def test_bad_requests_of_every_endpoint(server, path, body, status, words):
     assert_error(post(server, path, body), status, *words)
 
 
+JUNK = [None, True, -1, 0, 1.5, 10**30, "", "x" * 300, "\u0000", [], [1], ["a"], {}, {"role": "user"},
+        [{"role": "user", "content": None}], [{"type": "text"}]]
+
+
+def test_mutated_requests_get_answers_or_named_errors(server):
+    """Seeded mutations of valid requests: each field replaced by junk of every JSON type, fields
+    dropped or added. Every answer is a success or an OpenAI-shaped error with a 4xx status."""
+    rng = np.random.default_rng(11)
+    valid = {"/v1/chat/completions": {**CHAT_OK, "temperature": 0.5, "stop": ["\n"], "seed": 3, "top_p": 0.9},
+             "/v1/completions": {"model": CHAT, "prompt": "Hi", "max_tokens": 3, "stream": False},
+             "/v1/embeddings": {"model": EMBED, "input": ["Hi", "there"], "encoding_format": "float"}}
+    for case in range(240):
+        path = list(valid)[case % 3]
+        body = dict(valid[path])
+        for _ in range(int(rng.integers(1, 3))):
+            key = str(rng.choice(list(body) + ["extra", "max_tokens", "n", "stream_options"]))
+            if rng.random() < 0.2:
+                body.pop(key, None)
+            else:
+                body[key] = JUNK[int(rng.integers(len(JUNK)))]
+        if body.get("max_tokens") is None and path != "/v1/embeddings":
+            body["max_tokens"] = 3  # absent, an answer may run to the end of the context
+        response = post(server, path, body)
+        if response.status_code != 200:
+            assert 400 <= response.status_code < 500, (body, response.text)
+            assert set(response.json()["error"]) == {"message", "type", "param", "code"}, (body, response.text)
+    wait_idle(server)
+
+
 def test_wrong_method_and_oversized_body(server):
     assert_error(httpx.get(f"{server.url}/v1/chat/completions"), 405, "GET")
     big = {**CHAT_OK, "messages": [{"role": "user", "content": "x" * (5 << 20)}]}

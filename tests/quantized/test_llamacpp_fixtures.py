@@ -117,33 +117,20 @@ def near_tied(name: str, step: int) -> set:
     return set(top_ids[top_logits >= top_logits[0] - NEAR_TIE].tolist())
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    from candle_models import ModelNotFoundError, default_model
-    from candle_models.llama import LlamaForCausalLM
-    from candle_models.tokenizer import Tokenizer
-
-    try:
-        path = default_model("generate")
-    except ModelNotFoundError as exc:
-        pytest.skip(str(exc))
-    return LlamaForCausalLM.from_pretrained(path), Tokenizer.from_pretrained(path)
-
-
 @pytest.mark.parametrize("name", CASES)
-def test_prompt_ids_are_candles(smollm2, name):
-    _, tokenizer = smollm2
+def test_prompt_ids_are_candles(smollm2_chat, name):
+    _, tokenizer = smollm2_chat
     assert tokenizer.encode_chat(str(case(name, "prompt"))) == case(name, "prompt_ids").tolist()
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_greedy_tokens_match_llamacpp(smollm2, name):
+def test_greedy_tokens_match_llamacpp(smollm2_chat, name):
     """candle-api's own greedy decoding gives llama.cpp's tokens up to llama.cpp's first near
     tie, and there one of the tied tokens (the France prompt starts with one: "L" 0.09 ahead of
     "The" in llama.cpp; candle-api, like transformers, answers "The capital of France is Paris.")."""
     from candle_models.generation import Sampler, generate_ids
 
-    model, _ = smollm2
+    model, _ = smollm2_chat
     want = case(name, "generated_ids").tolist()
     got = list(generate_ids(model, case(name, "prompt_ids").tolist(), len(want), Sampler(temperature=0),
                             stop_token_ids=()))
@@ -158,10 +145,10 @@ def test_greedy_tokens_match_llamacpp(smollm2, name):
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_logits_match_llamacpp_step_by_step(smollm2, name):
+def test_logits_match_llamacpp_step_by_step(smollm2_chat, name):
     """Fed llama.cpp's tokens (so that a near tie cannot derail the rest), every step's logits
     agree with llama.cpp's on its 64 largest, and the choice is llama.cpp's unless it was a near tie."""
-    model, _ = smollm2
+    model, _ = smollm2_chat
     prompt, generated = case(name, "prompt_ids").tolist(), case(name, "generated_ids").tolist()
     cache = model.new_cache(capacity=len(prompt) + len(generated))
     feed = [prompt] + [[t] for t in generated[:-1]]

