@@ -1,10 +1,11 @@
-"""The Llama family (Llama 2/3, Mistral, Qwen2, SmolLM2) through one code
+"""The Llama family (Llama 2/3, Mistral, Qwen2, Qwen3, SmolLM2) through one code
 path, as candle-transformers' ``llama.rs``: RMSNorm, rotary embeddings,
 grouped-query attention with a KV cache grown as positions come, a SwiGLU MLP.
 
-The variants differ only in configuration: Qwen2 has q/k/v biases, Mistral
-and Qwen2 may use a sliding attention window, small models tie the output
-layer to the embeddings, and the rope may be scaled.
+The variants differ only in configuration: Qwen2 has q/k/v biases, Qwen3
+RMS-normalizes each query and key head before the rope, Mistral and Qwen2/3
+may use a sliding attention window, small models tie the output layer to
+the embeddings, and the rope may be scaled.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .batch_cache import BatchKVCache
 from .rope import ROPE_TYPES, RotaryEmbedding
 
 #: config.json ``model_type``s this module runs.
-MODEL_TYPES = ("llama", "mistral", "qwen2")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class LlamaConfig:
     mlp_bias: bool
     sliding_windows: tuple  # per layer: the attention window, or None for full attention
     model_type: str = "llama"
+    qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on each query and key head, before the rope
     # q/k rows as llama.cpp's converter stores them (each head's rotary pairs adjacent): rotate
     # interleaved pairs instead of halves, so quantized weights need no reordering.
     rope_interleaved: bool = False
@@ -82,7 +84,7 @@ class LlamaConfig:
                 o_bias=model_type != "qwen2" and cfg.get("attention_bias", False),
                 mlp_bias=cfg.get("mlp_bias", False),
                 sliding_windows=_sliding_windows(cfg, model_type, layers),
-                model_type=model_type,
+                model_type=model_type, qk_norm=model_type == "qwen3",
             )
         except KeyError as exc:
             raise ValueError(f"the config has no {exc.args[0]!r}") from None
@@ -97,14 +99,14 @@ class LlamaConfig:
 
 
 def _sliding_windows(cfg: dict, model_type: str, layers: int) -> tuple:
-    """Mistral slides every layer; Qwen2 the layers its layer_types (or
-    use_sliding_window and max_window_layers) mark."""
+    """Mistral slides every layer; Qwen2 and Qwen3 the layers their layer_types
+    (or use_sliding_window and max_window_layers) mark."""
     window = cfg.get("sliding_window")
     if model_type == "llama" or window is None or not cfg.get("use_sliding_window", True):
         return (None,) * layers
     if "layer_types" in cfg:
         return tuple(window if kind == "sliding_attention" else None for kind in cfg["layer_types"])
-    if model_type == "qwen2":
+    if model_type in ("qwen2", "qwen3"):
         first = cfg.get("max_window_layers", layers)
         return tuple(window if i >= first else None for i in range(layers))
     return (window,) * layers
@@ -238,14 +240,23 @@ class LlamaAttention(nn.Module):
                                          ("q_proj", "k_proj", "v_proj"))
         self.o_proj = TransposedLinear(vb.pp("o_proj"), q_size, (config.hidden_size,), config.o_bias)
         self.rope = F.rope_i if config.rope_interleaved else F.rope
+        self.q_norm = self.k_norm = None
+        if config.qk_norm:
+            self.q_norm = nn.RmsNorm(self.head_dim, config.rms_norm_eps, vb=vb.pp("q_norm"))
+            self.k_norm = nn.RmsNorm(self.head_dim, config.rms_norm_eps, vb=vb.pp("k_norm"))
 
     def forward(self, x: c.Tensor, cos: c.Tensor, sin: c.Tensor, cache: KVCache | None, layer: int,
                 masks: dict) -> c.Tensor:
         b, t, _ = x.shape
         h, kvh = self.heads, self.kv_heads
         heads = self.qkv_proj(x).reshape(b, t, h + 2 * kvh, self.head_dim).transpose(1, 2)
-        qk = self.rope(heads.narrow(1, 0, h + kvh), cos, sin)  # q and k heads are adjacent: one rope for both
-        q, k, v = qk.narrow(1, 0, h), qk.narrow(1, h, kvh), heads.narrow(1, h + kvh, kvh)
+        if self.q_norm is None:
+            qk = self.rope(heads.narrow(1, 0, h + kvh), cos, sin)  # q and k heads are adjacent: one rope for both
+            q, k = qk.narrow(1, 0, h), qk.narrow(1, h, kvh)
+        else:
+            q = self.rope(self.q_norm(heads.narrow(1, 0, h)), cos, sin)
+            k = self.rope(self.k_norm(heads.narrow(1, h, kvh)), cos, sin)
+        v = heads.narrow(1, h + kvh, kvh)
         if cache is not None:
             k, v = cache.update(layer, k, v)
         s = k.shape[2]

@@ -6,8 +6,8 @@ or dequantized to f32 as they are read.
 llama.cpp's converter permutes the rows of attn_q/attn_k of ``llama``
 models (Llama, Mistral, SmolLM2) so that each head's rotary pairs are
 adjacent (its interleaved rope); we undo that, so one model and one rope
-serve every format and the weights equal transformers' exactly. Qwen2 files
-are not permuted.
+serve every format and the weights equal transformers' exactly. Qwen2 and
+Qwen3 files are not permuted.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from candle_api.quantized import QTensor
 from .llama import LlamaConfig
 
 #: general.architecture -> config.json model_type (llama.cpp writes Mistral and SmolLM2 as llama).
-ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2"}
+ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 
 #: llama.cpp's tensor names -> transformers' (read here, written by gguf_export).
 GLOBAL_NAMES = {
@@ -38,6 +38,8 @@ BLOCK_NAMES = {
     "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
     "ffn_norm": "post_attention_layernorm",
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
@@ -161,7 +163,7 @@ def gguf_checkpoint(path: Path, quantized: bool = True) -> tuple[LlamaConfig, Gg
         factors = factors.dequantize() if isinstance(factors, QTensor) else factors
         cfg["rope_scaling"] = {"rope_type": "freq_factors", "factors": factors.numpy().tolist()}
     config = LlamaConfig.from_dict(cfg)
-    permuted = cfg["model_type"] != "qwen2"
+    permuted = cfg["model_type"] == "llama"  # the converter permutes q/k of its llama architecture only
     if quantized and permuted:  # keep llama.cpp's q/k row order (no copy of the blocks) and rotate pairs
         config = dataclasses.replace(config, rope_interleaved=True)
     return config, GgufTensors(file, permuted and not quantized, config.num_attention_heads,

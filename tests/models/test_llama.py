@@ -50,7 +50,7 @@ def smollm2_tokenizer(smollm2):
 
 
 def test_fixtures_cover_the_variants():
-    assert TINY == ["tiny_llama3", "tiny_llama_dynamic", "tiny_llama_linear", "tiny_mistral", "tiny_qwen2"]
+    assert TINY == ["tiny_llama3", "tiny_llama_dynamic", "tiny_llama_linear", "tiny_mistral", "tiny_qwen2", "tiny_qwen3"]
 
 
 @pytest.mark.parametrize("name", TINY)

@@ -219,10 +219,11 @@ def test_llama3_rope_scaling_travels_as_rope_freqs(tmp_path):
     np.testing.assert_array_equal(logits(tmp_path / "f32.gguf", ids, "f32"), logits(folder, ids))
 
 
-@pytest.mark.parametrize("name, arch", [("tiny_mistral", "llama"), ("tiny_qwen2", "qwen2")])
-def test_mistral_and_qwen2(tmp_path, name, arch):
-    """Mistral (tied embeddings) is written as llama, Qwen2 (q/k/v biases, rows not permuted) as qwen2; their
-    sliding windows are dropped, so the logits agree within the windows only."""
+@pytest.mark.parametrize("name, arch", [("tiny_mistral", "llama"), ("tiny_qwen2", "qwen2"), ("tiny_qwen3", "qwen3")])
+def test_mistral_and_qwen(tmp_path, name, arch):
+    """Mistral (tied embeddings) is written as llama, Qwen2 (q/k/v biases, rows not permuted) as qwen2, Qwen3
+    (q/k norms, head_dim 16 over a hidden size of 32) as qwen3; their sliding windows are dropped, so the
+    logits agree within the windows only."""
     folder = tmp_path / name
     shutil.copytree(FIXTURES / name, folder)
     char_level_tokenizer(96).save(str(folder / "tokenizer.json"))
@@ -230,7 +231,8 @@ def test_mistral_and_qwen2(tmp_path, name, arch):
     assert code == 0 and "has no sliding window" in err
     file = c.load(str(tmp_path / "out.gguf"))
     assert file.metadata["general.architecture"] == arch and f"{arch}.block_count" in file.metadata
-    assert ("output.weight" in file) == (name == "tiny_qwen2") and ("blk.0.attn_q.bias" in file) == (arch == "qwen2")
+    assert ("output.weight" in file) == (name != "tiny_mistral") and ("blk.0.attn_q.bias" in file) == (arch == "qwen2")
+    assert ("blk.0.attn_q_norm.weight" in file) == (arch == "qwen3")
     ids = np.load(FIXTURES / name / "reference.npz")["input_ids"][:, :4].astype(np.uint32)
     np.testing.assert_array_equal(logits(tmp_path / "out.gguf", ids, "f32"), logits(folder, ids))
 
