@@ -1,11 +1,12 @@
-"""The Llama family (Llama 2/3, Mistral, Qwen2, Qwen3, SmolLM2) through one code
+"""The Llama family (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3, SmolLM2) through one code
 path, as candle-transformers' ``llama.rs``: RMSNorm, rotary embeddings,
 grouped-query attention with a KV cache grown as positions come, a SwiGLU MLP.
 
 The variants differ only in configuration: Qwen2 has q/k/v biases, Qwen3
-RMS-normalizes each query and key head before the rope, Mistral and Qwen2/3
-may use a sliding attention window, small models tie the output layer to
-the embeddings, and the rope may be scaled.
+RMS-normalizes each query and key head before the rope, Phi-3 stores q/k/v
+and gate/up as fused matrices, Mistral, Phi-3 and Qwen2/3 may use a sliding
+attention window, small models tie the output layer to the embeddings, and
+the rope may be scaled.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .batch_cache import BatchKVCache
 from .rope import ROPE_TYPES, RotaryEmbedding
 
 #: config.json ``model_type``s this module runs.
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class LlamaConfig:
     sliding_windows: tuple  # per layer: the attention window, or None for full attention
     model_type: str = "llama"
     qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on each query and key head, before the rope
+    fused: bool = False  # Phi-3: the checkpoint holds qkv_proj and gate_up_proj, not their parts
     # q/k rows as llama.cpp's converter stores them (each head's rotary pairs adjacent): rotate
     # interleaved pairs instead of halves, so quantized weights need no reordering.
     rope_interleaved: bool = False
@@ -71,6 +73,8 @@ class LlamaConfig:
                 rope.setdefault("original_max_position_embeddings", cfg["max_position_embeddings"])
             if kind not in ROPE_TYPES:
                 raise ValueError(f"rope type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+            if rope.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)) != 1.0:
+                raise ValueError("partial rotary embeddings (partial_rotary_factor < 1) are not supported")
             return cls(
                 vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
                 intermediate_size=cfg["intermediate_size"], num_hidden_layers=layers, num_attention_heads=heads,
@@ -84,7 +88,7 @@ class LlamaConfig:
                 o_bias=model_type != "qwen2" and cfg.get("attention_bias", False),
                 mlp_bias=cfg.get("mlp_bias", False),
                 sliding_windows=_sliding_windows(cfg, model_type, layers),
-                model_type=model_type, qk_norm=model_type == "qwen3",
+                model_type=model_type, qk_norm=model_type == "qwen3", fused=model_type == "phi3",
             )
         except KeyError as exc:
             raise ValueError(f"the config has no {exc.args[0]!r}") from None
@@ -236,8 +240,12 @@ class LlamaAttention(nn.Module):
                                                     config.head_dim)
         self.window = window
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        self.qkv_proj = TransposedLinear(vb, config.hidden_size, (q_size, kv_size, kv_size), config.qkv_bias,
-                                         ("q_proj", "k_proj", "v_proj"))
+        if config.fused:
+            self.qkv_proj = TransposedLinear(vb.pp("qkv_proj"), config.hidden_size, (q_size + 2 * kv_size,),
+                                             config.qkv_bias)
+        else:
+            self.qkv_proj = TransposedLinear(vb, config.hidden_size, (q_size, kv_size, kv_size), config.qkv_bias,
+                                             ("q_proj", "k_proj", "v_proj"))
         self.o_proj = TransposedLinear(vb.pp("o_proj"), q_size, (config.hidden_size,), config.o_bias)
         self.rope = F.rope_i if config.rope_interleaved else F.rope
         self.q_norm = self.k_norm = None
@@ -285,8 +293,12 @@ class LlamaMLP(nn.Module):
     def __init__(self, config: LlamaConfig, vb: nn.VarBuilder):
         super().__init__()
         self.ffn = config.intermediate_size
-        self.gate_up_proj = TransposedLinear(vb, config.hidden_size, (self.ffn, self.ffn), config.mlp_bias,
-                                             ("gate_proj", "up_proj"))
+        if config.fused:
+            self.gate_up_proj = TransposedLinear(vb.pp("gate_up_proj"), config.hidden_size, (2 * self.ffn,),
+                                                 config.mlp_bias)
+        else:
+            self.gate_up_proj = TransposedLinear(vb, config.hidden_size, (self.ffn, self.ffn), config.mlp_bias,
+                                                 ("gate_proj", "up_proj"))
         self.down_proj = TransposedLinear(vb.pp("down_proj"), self.ffn, (config.hidden_size,), config.mlp_bias)
 
     def forward(self, x: c.Tensor) -> c.Tensor:

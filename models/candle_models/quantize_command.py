@@ -87,6 +87,9 @@ def output_type(name: str) -> GgmlType:
 def folder_source(folder: Path, wanted: GgmlType, model_name: str) -> Source:
     """A Hugging Face folder's tensors under llama.cpp's names, q/k rows permuted for its rope."""
     config = LlamaConfig.from_dict(load_config(folder))
+    if config.model_type not in GGUF_ARCHITECTURES:
+        raise ValueError(f"model_type {config.model_type!r} has no GGUF form here (candle quantize writes "
+                         f"{', '.join(GGUF_ARCHITECTURES)})")
     arch = GGUF_ARCHITECTURES[config.model_type]
     metadata = model_metadata(folder, config, arch, wanted, model_name)
     if metadata.get("tokenizer.ggml.pre") == "default":

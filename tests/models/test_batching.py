@@ -51,7 +51,8 @@ def batched_logits(model, prompts, feeds, joins, leaves):
     return out
 
 
-@pytest.mark.parametrize("name", ["tiny_llama3", "tiny_mistral", "tiny_qwen2", "tiny_qwen3", "tiny_llama_dynamic"])
+@pytest.mark.parametrize("name", ["tiny_llama3", "tiny_mistral", "tiny_phi3", "tiny_qwen2", "tiny_qwen3",
+                                  "tiny_llama_dynamic"])
 def test_a_batch_decodes_each_sequence_as_alone(name):
     model = LlamaForCausalLM.from_pretrained(FIXTURES / name)
     rng = np.random.default_rng(0)

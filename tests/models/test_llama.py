@@ -50,7 +50,8 @@ def smollm2_tokenizer(smollm2):
 
 
 def test_fixtures_cover_the_variants():
-    assert TINY == ["tiny_llama3", "tiny_llama_dynamic", "tiny_llama_linear", "tiny_mistral", "tiny_qwen2", "tiny_qwen3"]
+    assert TINY == ["tiny_llama3", "tiny_llama_dynamic", "tiny_llama_linear", "tiny_mistral", "tiny_phi3", "tiny_qwen2",
+                    "tiny_qwen3"]
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -134,6 +135,10 @@ def _config(**changes) -> dict:
     ({"model_type": "gpt2"}, "not a Llama-family model"),
     ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
     ({"rope_parameters": {"rope_type": "yarn-ish", "rope_theta": 1.0}}, "rope type 'yarn-ish'"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1.0, "partial_rotary_factor": 0.75}},
+     "partial rotary"),
+    ({"partial_rotary_factor": 0.5}, "partial rotary"),
+    ({"model_type": "phi3", "rope_parameters": {"rope_type": "longrope", "rope_theta": 1.0}}, "rope type 'longrope'"),
     ({"num_attention_heads": None}, "num_attention_heads"),
 ])
 def test_bad_configs_are_named(changes, message):

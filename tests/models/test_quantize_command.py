@@ -373,7 +373,9 @@ def test_errors_are_one_line(folder, tmp_path):
     cases = [
         ([str(tmp_path / "missing"), out], "is not a file, a folder or a Hugging Face repo id"),
         ([str(FIXTURES / "tiny_bert" / "bert-mlm"), out], "model_type 'bert' is not a Llama-family model "
-                                                          "(supported: llama, mistral, qwen2)"),
+                                                          "(supported: llama, mistral, qwen2, qwen3, phi3)"),
+        ([str(FIXTURES / "tiny_phi3"), out], "model_type 'phi3' has no GGUF form here (candle quantize writes "
+                                             "llama, qwen2, qwen3, mistral)"),
         ([str(FIXTURES / "tiny_llama_dynamic"), out], "rope scaling 'dynamic' has no GGUF form"),
         ([str(folder), str(tmp_path / "nowhere" / "out.gguf")], "there is no folder"),
     ]
@@ -382,7 +384,7 @@ def test_errors_are_one_line(folder, tmp_path):
     cases.append(([str(empty), out], "no weights found"))
     other = tmp_path / "gpt2.gguf"
     c.save({"w": c.zeros((2, 32))}, other, {"general.architecture": "gpt2"}, format="gguf")
-    cases.append(([str(other), out], "GGUF architecture 'gpt2' is not a Llama-family model (supported: llama, qwen2)"))
+    cases.append(([str(other), out], "GGUF architecture 'gpt2' is not a Llama-family model (supported: llama, qwen2, qwen3)"))
     for argv, message in cases:
         code, stdout, err = run_cli(*argv, "--type", "q8_0")
         assert (code, stdout) == (1, ""), argv
