@@ -1,0 +1,42 @@
+"""The causal language model a checkpoint holds, whatever its family: chosen
+from config.json's ``model_type`` (or ``architectures``) or a GGUF's
+``general.architecture``."""
+
+from __future__ import annotations
+
+import os
+
+from .gpt2 import GPT2LMHeadModel
+from .llama import MODEL_TYPES as LLAMA_TYPES
+from .llama import LlamaForCausalLM
+
+#: model_type -> the class that runs it.
+FAMILIES = {**{t: LlamaForCausalLM for t in LLAMA_TYPES}, "gpt2": GPT2LMHeadModel}
+#: config.json ``architectures`` entries, for configs without a model_type.
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+                 "Qwen3ForCausalLM": "qwen3", "Phi3ForCausalLM": "phi3", "GPT2LMHeadModel": "gpt2"}
+
+
+def family(repo_or_path: str | os.PathLike, revision: str | None = None) -> type:
+    """The class of the model at ``repo_or_path``; a ValueError listing the supported families otherwise."""
+    from .config import load_config
+    from .hub import model_folder, resolve
+    from .llama_gguf import find_gguf
+
+    path = resolve(repo_or_path, revision=revision)
+    if find_gguf(path) is not None:
+        return LlamaForCausalLM  # it names the GGUF architectures it reads, and refuses the others
+    cfg = load_config(model_folder(path))
+    kind = cfg.get("model_type") or next((ARCHITECTURES[a] for a in cfg.get("architectures", ())
+                                          if a in ARCHITECTURES), None)
+    if kind not in FAMILIES:
+        raise ValueError(f"model_type {kind!r} is not a supported causal language model "
+                         f"(supported: {', '.join(FAMILIES)})")
+    return FAMILIES[kind]
+
+
+def from_pretrained(repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,
+                    revision: str | None = None):
+    """The model at ``repo_or_path``, loaded by its family's ``from_pretrained``."""
+    return family(repo_or_path, revision).from_pretrained(repo_or_path, dtype=dtype, device=device,
+                                                          progress=progress, revision=revision)

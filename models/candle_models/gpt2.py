@@ -1,0 +1,185 @@
+"""GPT-2 (and its fine-tunes: DistilGPT2, DialoGPT...), as transformers'
+``GPT2LMHeadModel``: learned positions, pre-norm blocks of LayerNorm,
+multi-head attention and a GELU (tanh) MLP, the output layer tied to the
+token embeddings. Its Conv1D weights are stored (in, out), the layout a
+decoding step multiplies fastest, so they are used as they are.
+
+It takes the same ``model(ids, cache, last_only)`` calls and ``KVCache`` as
+the Llama family, so ``generate_ids`` and ``candle generate`` run it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+import candle_api as c
+from candle_api import functional as F
+from candle_api import nn
+from candle_api.errors import ArgumentError
+
+from .llama import KVCache
+
+
+@dataclass(frozen=True)
+class GPT2Config:
+    vocab_size: int
+    n_positions: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_inner: int
+    layer_norm_epsilon: float
+    scale_attn_by_inverse_layer_idx: bool = False
+
+    @classmethod
+    def from_dict(cls, cfg: dict) -> "GPT2Config":
+        if cfg.get("model_type", "gpt2") != "gpt2":
+            raise ValueError(f"model_type {cfg.get('model_type')!r} is not GPT-2")
+        act = cfg.get("activation_function", "gelu_new")
+        if act not in ("gelu_new", "gelu_pytorch_tanh"):
+            raise ValueError(f"activation_function {act!r} is not supported (GPT-2 uses gelu_new)")
+        if cfg.get("reorder_and_upcast_attn"):
+            raise ValueError("reorder_and_upcast_attn is not supported")
+        try:
+            return cls(vocab_size=cfg["vocab_size"], n_positions=cfg["n_positions"], n_embd=cfg["n_embd"],
+                       n_layer=cfg["n_layer"], n_head=cfg["n_head"], n_inner=cfg.get("n_inner") or 4 * cfg["n_embd"],
+                       layer_norm_epsilon=cfg.get("layer_norm_epsilon", 1e-5),
+                       scale_attn_by_inverse_layer_idx=cfg.get("scale_attn_by_inverse_layer_idx", False))
+        except KeyError as exc:
+            raise ValueError(f"the config has no {exc.args[0]!r}") from None
+
+    # What KVCache and generation read, under the Llama family's names.
+    @property
+    def context_length(self) -> int:
+        return self.n_positions
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return self.n_layer
+
+    @property
+    def num_key_value_heads(self) -> int:
+        return self.n_head
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+class Conv1D(nn.Module):
+    """transformers' Conv1D: y = x @ weight + bias, weight (in, out)."""
+
+    def __init__(self, vb: nn.VarBuilder, n_in: int, n_out: int):
+        super().__init__()
+        self.weight = nn.Parameter(vb.get((n_in, n_out), "weight"))
+        self.bias = nn.Parameter(vb.get((n_out,), "bias"))
+
+    def forward(self, x: c.Tensor) -> c.Tensor:
+        return x.matmul(self.weight) + self.bias
+
+
+class GPT2Attention(nn.Module):
+    def __init__(self, config: GPT2Config, vb: nn.VarBuilder, layer: int):
+        super().__init__()
+        self.heads, self.head_dim = config.n_head, config.head_dim
+        self.c_attn = Conv1D(vb.pp("c_attn"), config.n_embd, 3 * config.n_embd)
+        self.c_proj = Conv1D(vb.pp("c_proj"), config.n_embd, config.n_embd)
+        self.scale = self.head_dim ** -0.5 / (layer + 1 if config.scale_attn_by_inverse_layer_idx else 1)
+
+    def forward(self, x: c.Tensor, cache: KVCache | None, layer: int) -> c.Tensor:
+        b, t, _ = x.shape
+        h = self.heads
+        qkv = self.c_attn(x).reshape(b, t, 3 * h, self.head_dim).transpose(1, 2)
+        q, k, v = qkv.narrow(1, 0, h), qkv.narrow(1, h, h), qkv.narrow(1, 2 * h, h)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        s = k.shape[2]
+        if t == 1:
+            y = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
+        elif s == t:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+        else:  # new positions after cached ones: each sees the cache and the new ones up to itself
+            keep = np.arange(s)[None, :] <= np.arange(s - t, s)[:, None]
+            mask = c.from_numpy(keep.astype(np.uint8)).to_device(x.device)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+        return self.c_proj(y.transpose(1, 2).reshape(b, t, h * self.head_dim))
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, config: GPT2Config, vb: nn.VarBuilder, layer: int):
+        super().__init__()
+        eps = config.layer_norm_epsilon
+        self.ln_1 = nn.LayerNorm(config.n_embd, eps, vb=vb.pp("ln_1"))
+        self.attn = GPT2Attention(config, vb.pp("attn"), layer)
+        self.ln_2 = nn.LayerNorm(config.n_embd, eps, vb=vb.pp("ln_2"))
+        self.c_fc = Conv1D(vb.pp("mlp").pp("c_fc"), config.n_embd, config.n_inner)
+        self.c_proj = Conv1D(vb.pp("mlp").pp("c_proj"), config.n_inner, config.n_embd)
+
+    def forward(self, x, cache, layer):
+        x = x + self.attn(self.ln_1(x), cache, layer)
+        return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x))))
+
+
+class GPT2LMHeadModel(nn.Module):
+    """``model(ids)`` gives the logits (batch, seq, vocab); with a :class:`KVCache` (``model.new_cache()``)
+    the positions continue after the cached ones."""
+
+    def __init__(self, config: GPT2Config, vb: nn.VarBuilder, progress=None):
+        super().__init__()
+        self.config = config
+        if vb.contains_tensor("transformer.wte.weight"):  # saved from GPT2LMHeadModel; the hub's gpt2 was saved from GPT2Model
+            vb = vb.pp("transformer")
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd, vb=vb.pp("wte"))
+        self.wpe = nn.Embedding(config.n_positions, config.n_embd, vb=vb.pp("wpe"))
+        blocks = []
+        for i in range(config.n_layer):
+            blocks.append(GPT2Block(config, vb.pp("h").pp(i), i))
+            if progress is not None:
+                progress.update()
+        self.h = nn.ModuleList(blocks)
+        self.ln_f = nn.LayerNorm(config.n_embd, config.layer_norm_epsilon, vb=vb.pp("ln_f"))
+        self.head_t = self.wte.weight.t()  # tied: logits = x @ wte^T
+
+    @property
+    def dtype(self):
+        return self.wte.weight.dtype
+
+    @property
+    def device(self):
+        return self.wte.weight.device
+
+    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
+        return KVCache(self.config, batch, capacity, self.dtype, self.device)
+
+    def forward(self, input_ids, cache: KVCache | None = None, last_only: bool = False) -> c.Tensor:
+        ids = input_ids if isinstance(input_ids, c.Tensor) else c.tensor(input_ids, dtype="u32", device=self.device)
+        if ids.rank != 2:
+            raise ValueError(f"input_ids must be (batch, seq), got shape {ids.shape}")
+        b, t = ids.shape
+        offset = cache.length if cache is not None else 0
+        if offset + t > self.config.n_positions:
+            raise ArgumentError(f"{offset + t} positions ({offset} cached + {t} new) exceed the model's "
+                                f"context length of {self.config.n_positions}")
+        positions = c.arange(offset, offset + t, dtype="u32", device=self.device)
+        x = self.wte(ids) + self.wpe(positions)
+        for i, block in enumerate(self.h):
+            x = block(x, cache, i)
+        if cache is not None:
+            cache.advance(t)
+        if last_only:
+            x = x.narrow(1, t - 1, 1)
+        return self.ln_f(x).matmul(self.head_t)
+
+    @classmethod
+    def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,
+                        revision: str | None = None) -> "GPT2LMHeadModel":
+        from .pretrained import load_folder
+
+        _, cfg, vb = load_folder(repo_or_path, dtype or "f32", device, revision)
+        config = GPT2Config.from_dict(cfg)
+        if progress is not None:
+            progress.total = config.n_layer
+        with c.no_grad():
+            return cls(config, vb, progress).eval()
