@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import os
 
+from .falcon import FalconForCausalLM
 from .gpt2 import GPT2LMHeadModel
 from .llama import MODEL_TYPES as LLAMA_TYPES
 from .llama import LlamaForCausalLM
 
 #: model_type -> the class that runs it.
-FAMILIES = {**{t: LlamaForCausalLM for t in LLAMA_TYPES}, "gpt2": GPT2LMHeadModel}
+FAMILIES = {**{t: LlamaForCausalLM for t in LLAMA_TYPES}, "gpt2": GPT2LMHeadModel, "falcon": FalconForCausalLM}
 #: config.json ``architectures`` entries, for configs without a model_type.
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
-                 "Qwen3ForCausalLM": "qwen3", "Phi3ForCausalLM": "phi3", "GPT2LMHeadModel": "gpt2"}
+                 "Qwen3ForCausalLM": "qwen3", "Phi3ForCausalLM": "phi3", "GPT2LMHeadModel": "gpt2",
+                 "FalconForCausalLM": "falcon"}
 
 
 def family(repo_or_path: str | os.PathLike, revision: str | None = None) -> type:

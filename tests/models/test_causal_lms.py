@@ -1,6 +1,8 @@
-"""GPT-2 (candle_models.gpt2) against transformers: a seeded random tiny
-model made by fixtures/make_llama_fixtures.py (logits of a full forward, and
-step by step through the KV cache), and its errors."""
+"""The causal LMs outside the Llama family, GPT-2 (candle_models.gpt2) and
+Falcon (candle_models.falcon), against transformers: seeded random tiny
+models made by fixtures/make_llama_fixtures.py (logits of a full forward,
+and step by step through the KV cache), their errors, and the choice of a
+checkpoint's family (candle_models.causal_lm)."""
 
 from __future__ import annotations
 
@@ -14,27 +16,33 @@ import pytest
 import candle_api as c
 from candle_api.errors import ArgumentError
 from candle_models.generation import Sampler, generate_ids
+from candle_models.falcon import FalconConfig, FalconForCausalLM
 from candle_models.gpt2 import GPT2Config, GPT2LMHeadModel
 
-TINY = Path(__file__).parent / "fixtures" / "tiny_gpt2"
+FIXTURES = Path(__file__).parent / "fixtures"
+TINY = FIXTURES / "tiny_gpt2"
+MODELS = [("tiny_gpt2", GPT2LMHeadModel), ("tiny_falcon", FalconForCausalLM),
+          ("tiny_falcon_grouped", FalconForCausalLM), ("tiny_falcon_sequential", FalconForCausalLM)]
 
 
-def reference():
-    ref = np.load(TINY / "reference.npz")
+def reference(name="tiny_gpt2"):
+    ref = np.load(FIXTURES / name / "reference.npz")
     return ref["input_ids"].astype(np.uint32), ref["logits"]
 
 
-def test_logits_match_transformers():
-    ids, expected = reference()
-    model = GPT2LMHeadModel.from_pretrained(TINY)
+@pytest.mark.parametrize("name, cls", MODELS)
+def test_logits_match_transformers(name, cls):
+    ids, expected = reference(name)
+    model = cls.from_pretrained(FIXTURES / name)
     with c.no_grad():
         logits = model(c.from_numpy(ids)).numpy()
     np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-4)
 
 
-def test_kv_cache_steps_match_the_full_forward():
-    ids, expected = reference()
-    model = GPT2LMHeadModel.from_pretrained(TINY)
+@pytest.mark.parametrize("name, cls", MODELS)
+def test_kv_cache_steps_match_the_full_forward(name, cls):
+    ids, expected = reference(name)
+    model = cls.from_pretrained(FIXTURES / name)
     cache = model.new_cache(batch=ids.shape[0], capacity=3)
     with c.no_grad():
         steps = [model(c.from_numpy(ids[:, :5]), cache).numpy(), model(c.from_numpy(ids[:, 5:7]), cache).numpy()]
@@ -62,19 +70,23 @@ def test_generation_runs_to_the_context_length():
         model([list(range(33))])
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"activation_function": "relu"}, "activation_function 'relu'"),
-    ({"model_type": "llama"}, "not GPT-2"),
-    ({"reorder_and_upcast_attn": True}, "reorder_and_upcast_attn"),
-    ({"n_head": None}, "n_head"),
+@pytest.mark.parametrize("name, config_class, change, message", [
+    ("tiny_gpt2", GPT2Config, {"activation_function": "relu"}, "activation_function 'relu'"),
+    ("tiny_gpt2", GPT2Config, {"model_type": "llama"}, "not GPT-2"),
+    ("tiny_gpt2", GPT2Config, {"reorder_and_upcast_attn": True}, "reorder_and_upcast_attn"),
+    ("tiny_gpt2", GPT2Config, {"n_head": None}, "n_head"),
+    ("tiny_falcon", FalconConfig, {"alibi": True}, "ALiBi"),
+    ("tiny_falcon", FalconConfig, {"activation": "relu"}, "activation 'relu'"),
+    ("tiny_falcon", FalconConfig, {"rope_parameters": {"rope_type": "linear", "factor": 2.0}}, "rope type 'linear'"),
+    ("tiny_falcon", FalconConfig, {"hidden_size": None}, "hidden_size"),
 ])
-def test_bad_configs_are_named(change, message):
-    cfg = json.loads((TINY / "config.json").read_text())
+def test_bad_configs_are_named(name, config_class, change, message):
+    cfg = json.loads((FIXTURES / name / "config.json").read_text())
     cfg.update(change)
-    if change.get("n_head", 0) is None:
-        del cfg["n_head"]
+    for key in [k for k, v in change.items() if v is None]:
+        del cfg[key]
     with pytest.raises(ValueError, match=message):
-        GPT2Config.from_dict(cfg)
+        config_class.from_dict(cfg)
 
 
 def test_the_family_comes_from_the_config(tmp_path):
@@ -89,7 +101,7 @@ def test_the_family_comes_from_the_config(tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(ValueError, match=r"model_type 't5' is not a supported causal language model "
-                                         r"\(supported: llama, mistral, qwen2, qwen3, phi3, gpt2\)"):
+                                         r"\(supported: llama, mistral, qwen2, qwen3, phi3, gpt2, falcon\)"):
         causal_lm.family(folder)
     (folder / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
     assert causal_lm.family(folder) is GPT2LMHeadModel

@@ -1,0 +1,208 @@
+"""Falcon, as transformers' ``FalconForCausalLM`` with rotary embeddings: one
+fused query_key_value matrix laid out in one of three ways (multi-head,
+multi-query as Falcon-7B, or grouped as the "new decoder architecture" of
+Falcon-40B/180B), attention and MLP side by side on the same normalized
+input (``parallel_attn``; one LayerNorm for both, or one each) or one after
+the other, a GELU MLP and the output layer tied to the embeddings.
+
+It takes the Llama family's calls and ``KVCache``, so ``generate_ids`` and
+``candle generate`` run it. ALiBi variants are refused by name."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+import candle_api as c
+from candle_api import functional as F
+from candle_api import nn
+from candle_api.errors import ArgumentError
+
+from .llama import KVCache, TransposedLinear
+from .rope import RotaryEmbedding
+
+
+@dataclass(frozen=True)
+class FalconConfig:
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    layout: str  # "grouped" (new decoder architecture), "multi_query" or "multi_head"
+    parallel_attn: bool
+    two_norms: bool  # parallel attention with a LayerNorm for each branch
+    ffn_hidden_size: int
+    layer_norm_epsilon: float
+    bias: bool
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+
+    @classmethod
+    def from_dict(cls, cfg: dict) -> "FalconConfig":
+        if cfg.get("model_type", "falcon") != "falcon":
+            raise ValueError(f"model_type {cfg.get('model_type')!r} is not Falcon")
+        if cfg.get("alibi"):
+            raise ValueError("Falcon with ALiBi positions (alibi: true) is not supported, only rotary embeddings")
+        rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind != "default":
+            raise ValueError(f"rope type {kind!r} is not supported for Falcon (supported: default)")
+        if cfg.get("activation", "gelu") != "gelu":
+            raise ValueError(f"activation {cfg['activation']!r} is not supported (Falcon uses gelu)")
+        try:
+            heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
+            new_arch = cfg.get("new_decoder_architecture", False)
+            layout = "grouped" if new_arch else ("multi_query" if cfg.get("multi_query", True) else "multi_head")
+            kv_heads = {"grouped": cfg.get("num_kv_heads") or heads, "multi_query": 1, "multi_head": heads}[layout]
+            parallel = cfg.get("parallel_attn", True)
+            return cls(vocab_size=cfg["vocab_size"], hidden_size=hidden, num_hidden_layers=cfg["num_hidden_layers"],
+                       num_attention_heads=heads, num_key_value_heads=kv_heads, layout=layout,
+                       parallel_attn=parallel or new_arch,
+                       two_norms=new_arch and (cfg.get("num_ln_in_parallel_attn") or 2) == 2,
+                       ffn_hidden_size=cfg.get("ffn_hidden_size") or 4 * hidden,
+                       layer_norm_epsilon=cfg.get("layer_norm_epsilon", 1e-5), bias=cfg.get("bias", False),
+                       rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
+                       max_position_embeddings=cfg.get("max_position_embeddings", 2048),
+                       tie_word_embeddings=cfg.get("tie_word_embeddings", True))
+        except KeyError as exc:
+            raise ValueError(f"the config has no {exc.args[0]!r}") from None
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def context_length(self) -> int:
+        return self.max_position_embeddings
+
+
+class FalconAttention(nn.Module):
+    def __init__(self, config: FalconConfig, vb: nn.VarBuilder):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = (config.num_attention_heads, config.num_key_value_heads,
+                                                    config.head_dim)
+        self.layout = config.layout
+        width = (self.heads + 2 * self.kv_heads) * self.head_dim
+        self.query_key_value = TransposedLinear(vb.pp("query_key_value"), config.hidden_size, (width,), config.bias)
+        self.dense = TransposedLinear(vb.pp("dense"), config.hidden_size, (config.hidden_size,), config.bias)
+
+    def _split(self, qkv: c.Tensor) -> tuple:
+        """(b, heads or kv_heads, t, d) queries, keys and values from the fused projection's layout."""
+        b, t, _ = qkv.shape
+        h, kvh, d = self.heads, self.kv_heads, self.head_dim
+        if self.layout == "multi_head":  # per head: its query, key and value
+            parts = qkv.reshape(b, t, h, 3, d)
+            return tuple(parts.narrow(3, i, 1).squeeze(3).transpose(1, 2) for i in range(3))
+        # per group of h / kvh query heads: the queries, then the group's key and value (multi_query: one group)
+        g = h // kvh
+        parts = qkv.reshape(b, t, kvh, g + 2, d)
+        q = parts.narrow(3, 0, g).reshape(b, t, h, d).transpose(1, 2)
+        return q, parts.narrow(3, g, 1).squeeze(3).transpose(1, 2), parts.narrow(3, g + 1, 1).squeeze(3).transpose(1, 2)
+
+    def forward(self, x: c.Tensor, cos, sin, cache: KVCache | None, layer: int) -> c.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self._split(self.query_key_value(x))
+        q, k = F.rope(q.contiguous(), cos, sin), F.rope(k.contiguous(), cos, sin)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        s = k.shape[2]
+        gqa = self.kv_heads != self.heads
+        if t == 1 or s == t:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=gqa)
+        else:  # new positions after cached ones: each sees the cache and the new ones up to itself
+            keep = np.arange(s)[None, :] <= np.arange(s - t, s)[:, None]
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=c.from_numpy(keep.astype(np.uint8)).to_device(
+                x.device), enable_gqa=gqa)
+        return self.dense(y.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
+
+
+class FalconDecoderLayer(nn.Module):
+    def __init__(self, config: FalconConfig, vb: nn.VarBuilder):
+        super().__init__()
+        eps, hidden = config.layer_norm_epsilon, config.hidden_size
+        self.parallel = config.parallel_attn
+        self.self_attention = FalconAttention(config, vb.pp("self_attention"))
+        self.up = TransposedLinear(vb.pp("mlp").pp("dense_h_to_4h"), hidden, (config.ffn_hidden_size,), config.bias)
+        self.down = TransposedLinear(vb.pp("mlp").pp("dense_4h_to_h"), config.ffn_hidden_size, (hidden,), config.bias)
+        if config.two_norms:
+            self.ln_attn = nn.LayerNorm(hidden, eps, vb=vb.pp("ln_attn"))
+            self.ln_mlp = nn.LayerNorm(hidden, eps, vb=vb.pp("ln_mlp"))
+        else:
+            self.ln_attn = self.ln_mlp = nn.LayerNorm(hidden, eps, vb=vb.pp("input_layernorm"))
+            if not self.parallel:
+                self.ln_mlp = nn.LayerNorm(hidden, eps, vb=vb.pp("post_attention_layernorm"))
+
+    def forward(self, x, cos, sin, cache, layer):
+        attn = self.self_attention(self.ln_attn(x), cos, sin, cache, layer)
+        if not self.parallel:
+            x = x + attn
+        mlp = self.down(F.gelu_erf(self.up(self.ln_mlp(x))))
+        return x + attn + mlp if self.parallel else x + mlp
+
+
+class FalconForCausalLM(nn.Module):
+    """``model(ids)`` gives the logits (batch, seq, vocab); with a :class:`KVCache` (``model.new_cache()``)
+    the positions continue after the cached ones."""
+
+    def __init__(self, config: FalconConfig, vb: nn.VarBuilder, progress=None):
+        super().__init__()
+        self.config = config
+        tvb = vb.pp("transformer")
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, vb=tvb.pp("word_embeddings"))
+        layers = []
+        for i in range(config.num_hidden_layers):
+            layers.append(FalconDecoderLayer(config, tvb.pp("h").pp(i)))
+            if progress is not None:
+                progress.update()
+        self.h = nn.ModuleList(layers)
+        self.ln_f = nn.LayerNorm(config.hidden_size, config.layer_norm_epsilon, vb=tvb.pp("ln_f"))
+        head = tvb.pp("word_embeddings") if config.tie_word_embeddings else vb.pp("lm_head")
+        self.lm_head = TransposedLinear(head, config.hidden_size, (config.vocab_size,), False)
+        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, None, config.max_position_embeddings,
+                                      vb.dtype, vb.device)
+
+    @property
+    def dtype(self):
+        return self.word_embeddings.weight.dtype
+
+    @property
+    def device(self):
+        return self.word_embeddings.weight.device
+
+    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
+        return KVCache(self.config, batch, capacity, self.dtype, self.device)
+
+    def forward(self, input_ids, cache: KVCache | None = None, last_only: bool = False) -> c.Tensor:
+        ids = input_ids if isinstance(input_ids, c.Tensor) else c.tensor(input_ids, dtype="u32", device=self.device)
+        if ids.rank != 2:
+            raise ValueError(f"input_ids must be (batch, seq), got shape {ids.shape}")
+        b, t = ids.shape
+        offset = cache.length if cache is not None else 0
+        if offset + t > self.config.context_length:
+            raise ArgumentError(f"{offset + t} positions ({offset} cached + {t} new) exceed the model's "
+                                f"context length of {self.config.context_length}")
+        cos, sin = self.rotary.cos_sin(offset, t)
+        x = self.word_embeddings(ids)
+        for i, layer in enumerate(self.h):
+            x = layer(x, cos, sin, cache, i)
+        if cache is not None:
+            cache.advance(t)
+        if last_only:
+            x = x.narrow(1, t - 1, 1)
+        return self.lm_head(self.ln_f(x))
+
+    @classmethod
+    def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,
+                        revision: str | None = None) -> "FalconForCausalLM":
+        from .pretrained import load_folder
+
+        _, cfg, vb = load_folder(repo_or_path, dtype or "f32", device, revision)
+        config = FalconConfig.from_dict(cfg)
+        if progress is not None:
+            progress.total = config.num_hidden_layers
+        with c.no_grad():
+            return cls(config, vb, progress).eval()
