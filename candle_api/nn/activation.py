@@ -1,5 +1,6 @@
 """Activations, as functions and modules, covering Candle's ``Activation``
-list. ``gelu`` here is PyTorch's (exact, erf); ``new_gelu`` and
+list, plus PyTorch's PReLU (a learned slope), Softmax and LogSoftmax.
+``gelu`` here is PyTorch's (exact, erf); ``new_gelu`` and
 ``gelu_pytorch_tanh`` are the tanh approximation, which
 ``candle_api.functional.gelu`` computes (Candle's naming). The fused
 kernels (gelu, gelu_erf, silu, sigmoid...) and their backward rules are used."""
@@ -8,8 +9,11 @@ from __future__ import annotations
 
 from .. import functional as F
 from ..errors import ShapeError
+from ..ops.elementwise import where
 from ..tensor import Tensor
+from .init import Const
 from .module import Module
+from .var_builder import VarBuilder, get_parameter, layer_builder
 
 relu = F.relu
 silu = swish = F.silu
@@ -66,6 +70,23 @@ def swiglu(x: Tensor) -> Tensor:
         raise ShapeError(f"swiglu: the last dim must be even, got shape {x.shape}")
     a, b = x.chunk(2, -1)
     return F.silu(a) * b
+
+
+def prelu(x: Tensor, weight: Tensor) -> Tensor:
+    """x where x > 0, else weight * x; weight holds one slope or one per
+    channel (dim 1, or dim 0 of a 1-d input), as PyTorch's prelu."""
+    n = weight.numel()
+    if n != 1:
+        channel = 1 if x.rank >= 2 else 0
+        if x.rank == 0 or x.shape[channel] != n:
+            raise ShapeError(f"prelu: {n} slopes for an input of shape {x.shape} (they go along dim {channel})")
+        weight = weight.reshape((n,) + (1,) * (x.rank - channel - 1))
+    return where(x > 0.0, x, x * weight)
+
+
+def _softmax_dim(dim: int | None, x: Tensor) -> int:
+    """PyTorch's implicit dim of Softmax(dim=None): 0 for 0-d, 1-d and 3-d inputs, else 1."""
+    return dim if dim is not None else (0 if x.rank in (0, 1, 3) else 1)
 
 
 hardsigmoid, hardswish = hard_sigmoid, hard_swish
@@ -145,6 +166,40 @@ class LeakyReLU(Module):
 
     def extra_repr(self) -> str:
         return f"negative_slope={self.negative_slope}"
+
+
+class PReLU(Module):
+    """max(0, x) + weight * min(0, x) with a learned ``weight`` of
+    ``num_parameters`` slopes (1, or one per channel), starting at ``init``."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None, *,
+                 vb: VarBuilder | None = None) -> None:
+        super().__init__()
+        self.num_parameters = num_parameters
+        self.weight = get_parameter(layer_builder(vb, dtype, device), (num_parameters,), "weight", Const(init))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return prelu(x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"
+
+
+class Softmax(Module):
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softmax(x, _softmax_dim(self.dim, x))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.log_softmax(x, _softmax_dim(self.dim, x))
 
 
 # Candle's Activation names (its serde names and their aliases) and the snake_case spellings of configs.

@@ -1,4 +1,4 @@
-"""Linear (fully connected) layer."""
+"""Linear (fully connected) layers, and Identity (a placeholder layer, as in PyTorch)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,16 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
                          f"(the input's last dim must be {weight.shape[-1]})")
     y = x.matmul(weight.t())
     return y + bias if bias is not None else y
+
+
+class Identity(Module):
+    """Returns its input; takes and ignores any constructor arguments, as PyTorch's."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__()
+
+    def forward(self, x):
+        return x
 
 
 class Linear(Module):

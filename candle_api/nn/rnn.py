@@ -1,9 +1,10 @@
 """Recurrent layers: LSTM and GRU with PyTorch's semantics and parameter names
 (``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0``, ``bias_hh_l0``, and
 ``..._reverse`` for the backward direction), multi-layer, bidirectional,
-``batch_first``. Steps are kept as separate tensors between layers and
-only stacked at the end: slicing a stacked tensor once per step would cost a
-full-size gradient per step in the backward pass."""
+``batch_first``; and LSTMCell and GRUCell, one step of the same cells with
+the same parameters (without the ``_l0`` suffix). Steps are kept as separate
+tensors between layers and only stacked at the end: slicing a stacked tensor
+once per step would cost a full-size gradient per step in the backward pass."""
 
 from __future__ import annotations
 
@@ -20,10 +21,63 @@ from .module import Module
 from .var_builder import VarBuilder, get_parameter, layer_builder
 
 
+def _add_cell_parameters(module: Module, vb: VarBuilder, suffix: str, input_size: int) -> list:
+    """Registers one cell's weight_ih, weight_hh (and bias_ih, bias_hh) with
+    ``suffix``, as PyTorch initializes them: U(-1/sqrt(hidden), 1/sqrt(hidden));
+    returns their names."""
+    hidden, rows = module.hidden_size, module._gates * module.hidden_size
+    k = 1.0 / math.sqrt(hidden)
+    init = Uniform(-k, k)
+    names = [f"weight_ih{suffix}", f"weight_hh{suffix}"]
+    setattr(module, names[0], get_parameter(vb, (rows, input_size), names[0], init))
+    setattr(module, names[1], get_parameter(vb, (rows, hidden), names[1], init))
+    if module.bias:
+        names += [f"bias_ih{suffix}", f"bias_hh{suffix}"]
+        for name in names[2:]:
+            setattr(module, name, get_parameter(vb, (rows,), name, init))
+    return names
+
+
+def _weights(module: Module, names: list) -> tuple:
+    """(w_ih, w_hh, b_ih, b_hh) of one cell, the biases None when absent."""
+    w_ih, w_hh, *biases = (getattr(module, n) for n in names)
+    return (w_ih, w_hh, *(biases or (None, None)))
+
+
+def _step(cell, x: Tensor, state: tuple, w_ih, w_hh, b_ih, b_hh) -> tuple:
+    """One time step of ``cell`` over x (batch, features): the next state tuple."""
+    xw = x.matmul(w_ih.t())
+    return cell(xw + b_ih if b_ih is not None else xw, state, w_hh, b_hh)
+
+
+def _lstm_cell(xw, state, w_hh, b_hh):
+    """One LSTM step from the input's projection ``xw`` (bias included) and
+    ``(h, c)``; the weights stack the gates i, f, g, o."""
+    h, c = state
+    gates = xw + h.matmul(w_hh.t())
+    if b_hh is not None:
+        gates = gates + b_hh
+    i, f, g, o = gates.chunk(4, -1)
+    c = F.sigmoid(f) * c + F.sigmoid(i) * F.tanh(g)
+    return F.sigmoid(o) * F.tanh(c), c
+
+
+def _gru_cell(xw, state, w_hh, b_hh):
+    """One GRU step, as :func:`_lstm_cell`, with ``(h,)``; the gates are r, z, n."""
+    (h,) = state
+    hw = h.matmul(w_hh.t())
+    if b_hh is not None:
+        hw = hw + b_hh
+    xr, xz, xn = xw.chunk(3, -1)
+    hr, hz, hn = hw.chunk(3, -1)
+    r = F.sigmoid(xr + hr)
+    z = F.sigmoid(xz + hz)
+    n = F.tanh(xn + r * hn)
+    return (n + z * (h - n),)  # (1 - z) * n + z * h
+
+
 class _RNNBase(Module):
-    """What LSTM and GRU share; each defines ``_cell(xw, state, w_hh, b_hh)``,
-    one time step from the input's projection ``xw`` (bias included) and the
-    state tuple to the next state tuple."""
+    """What LSTM and GRU share; each sets ``_cell``, its step function."""
 
     _gates: int  # blocks stacked in the weights: 4 for LSTM (i, f, g, o), 3 for GRU (r, z, n)
     _states: int  # tensors carried from step to step: 2 for LSTM (h, c), 1 for GRU (h)
@@ -40,33 +94,20 @@ class _RNNBase(Module):
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout, self.bidirectional = bias, batch_first, dropout, bidirectional
         directions = 2 if bidirectional else 1
-        k = 1.0 / math.sqrt(hidden_size)
-        init = Uniform(-k, k)
-        rows = self._gates * hidden_size
         self._cells = []  # parameter names (w_ih, w_hh, b_ih, b_hh) per layer and direction
         for layer in range(num_layers):
             layer_input = input_size if layer == 0 else hidden_size * directions
             for direction in range(directions):
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
-                names = [f"weight_ih{suffix}", f"weight_hh{suffix}"]
-                setattr(self, names[0], get_parameter(vb, (rows, layer_input), names[0], init))
-                setattr(self, names[1], get_parameter(vb, (rows, hidden_size), names[1], init))
-                if bias:
-                    names += [f"bias_ih{suffix}", f"bias_hh{suffix}"]
-                    for name in names[2:]:
-                        setattr(self, name, get_parameter(vb, (rows,), name, init))
-                self._cells.append(names)
+                self._cells.append(_add_cell_parameters(self, vb, suffix, layer_input))
 
     def _run(self, xs: list, names: list, state: tuple, reverse: bool) -> tuple[list, tuple]:
         """One layer in one direction over the steps xs (each (batch, features)):
         the output of every step and the final state."""
-        w_ih, w_hh, *biases = (getattr(self, n) for n in names)
-        b_ih, b_hh = biases if biases else (None, None)
-        w_ih_t = w_ih.t()
+        weights = _weights(self, names)
         outputs = [None] * len(xs)
         for t in reversed(range(len(xs))) if reverse else range(len(xs)):
-            xw = xs[t].matmul(w_ih_t)
-            state = self._cell(xw + b_ih if b_ih is not None else xw, state, w_hh, b_hh)
+            state = _step(self._cell, xs[t], state, *weights)
             outputs[t] = state[0]
         return outputs, state
 
@@ -137,31 +178,67 @@ class _RNNBase(Module):
 class LSTM(_RNNBase):
     """Returns ``output, (h_n, c_n)``; ``hx`` is ``(h_0, c_0)`` or None (zeros)."""
 
-    _gates, _states = 4, 2
-
-    def _cell(self, xw, state, w_hh, b_hh):
-        h, c = state
-        gates = xw + h.matmul(w_hh.t())
-        if b_hh is not None:
-            gates = gates + b_hh
-        i, f, g, o = gates.chunk(4, -1)
-        c = F.sigmoid(f) * c + F.sigmoid(i) * F.tanh(g)
-        return F.sigmoid(o) * F.tanh(c), c
+    _gates, _states, _cell = 4, 2, staticmethod(_lstm_cell)
 
 
 class GRU(_RNNBase):
     """Returns ``output, h_n``; ``hx`` is ``h_0`` or None (zeros)."""
 
-    _gates, _states = 3, 1
+    _gates, _states, _cell = 3, 1, staticmethod(_gru_cell)
 
-    def _cell(self, xw, state, w_hh, b_hh):
-        (h,) = state
-        hw = h.matmul(w_hh.t())
-        if b_hh is not None:
-            hw = hw + b_hh
-        xr, xz, xn = xw.chunk(3, -1)
-        hr, hz, hn = hw.chunk(3, -1)
-        r = F.sigmoid(xr + hr)
-        z = F.sigmoid(xz + hz)
-        n = F.tanh(xn + r * hn)
-        return (n + z * (h - n),)  # (1 - z) * n + z * h
+
+class _RNNCellBase(Module):
+    """One step of LSTM or GRU with PyTorch's parameter names (``weight_ih``,
+    ``weight_hh``, ``bias_ih``, ``bias_hh``); input (batch, input_size) or
+    (input_size,) unbatched. Subclasses set ``_gates``, ``_states`` and ``_cell`` as LSTM and GRU do."""
+
+    _gates: int
+    _states: int
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None, *,
+                 vb: VarBuilder | None = None) -> None:
+        super().__init__()
+        if hidden_size < 1:
+            raise ValueError(f"{type(self).__name__}: hidden_size must be positive")
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
+        self._names = _add_cell_parameters(self, layer_builder(vb, dtype, device), "", input_size)
+
+    def _forward(self, input: Tensor, hx) -> tuple:
+        name = type(self).__name__
+        if input.rank not in (1, 2) or input.shape[-1] != self.input_size:
+            raise ShapeError(f"{name}: expected a 1-d or 2-d input with {self.input_size} features in the last dim, "
+                             f"got shape {input.shape}")
+        expected = input.shape[:-1] + (self.hidden_size,)
+        if hx is None:
+            hx = (zeros(expected, dtype=input.dtype, device=input.device),) * self._states
+        for h in hx:
+            if h.shape != expected:
+                raise ShapeError(f"{name}: state of shape {h.shape}, expected {expected}")
+        if input.rank == 1:  # unbatched: one step of a batch of one
+            state = _step(self._cell, input.unsqueeze(0), tuple(h.unsqueeze(0) for h in hx),
+                          *_weights(self, self._names))
+            return tuple(s.squeeze(0) for s in state)
+        return _step(self._cell, input, tuple(hx), *_weights(self, self._names))
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+
+
+class LSTMCell(_RNNCellBase):
+    """Returns ``(h_1, c_1)``; ``hx`` is ``(h_0, c_0)`` or None (zeros)."""
+
+    _gates, _states, _cell = 4, 2, staticmethod(_lstm_cell)
+
+    def forward(self, input: Tensor, hx=None) -> tuple:
+        if hx is not None and len(hx) != 2:
+            raise ShapeError(f"LSTMCell: hx must hold 2 tensors (h, c), got {len(hx)}")
+        return self._forward(input, hx)
+
+
+class GRUCell(_RNNCellBase):
+    """Returns ``h_1``; ``hx`` is ``h_0`` or None (zeros)."""
+
+    _gates, _states, _cell = 3, 1, staticmethod(_gru_cell)
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
+        return self._forward(input, None if hx is None else (hx,))[0]
