@@ -23,16 +23,20 @@ from .errors import (  # noqa: E402
 from .info import plugins  # noqa: E402
 from .io import load, save  # noqa: E402
 from .ops.creation import (  # noqa: E402
-    arange, empty, empty_like, eye, from_numpy, full, full_like, manual_seed, ones, ones_like, rand,
+    arange, empty, empty_like, eye, from_numpy, full, full_like, linspace, manual_seed, ones, ones_like, rand,
     rand_like, randn, randn_like, tensor, zeros, zeros_like,
 )
 from .ops.custom import custom_op  # noqa: E402
-from .ops.elementwise import where  # noqa: E402
+from .ops.einsum import einsum  # noqa: E402
+from .ops.elementwise import floor_divide, where  # noqa: E402
+from .ops.masking import masked_fill, masked_select, nonzero, tril, tril2, triu, triu2  # noqa: E402
+from .ops.predicates import all_ as all, allclose, any_ as any, isclose, isfinite, isinf, isnan  # noqa: E402
+from .ops.sorting import argsort, sort, topk  # noqa: E402
 from .registry import registry  # noqa: E402
 from .debug import ShadowMismatchError, install_from_environment, shadow, trace  # noqa: E402
 from .var import Var  # noqa: E402
-from .ops.linalg import matmul  # noqa: E402
-from .ops.shape import cat, stack  # noqa: E402
+from .ops.linalg import bmm, matmul, mm, norm  # noqa: E402
+from .ops.shape import cat, roll, stack, unbind  # noqa: E402
 
 concat = concatenate = cat
 install_from_environment()
@@ -61,6 +65,9 @@ __all__ = [
     "DType", "Device", "get_device", "get_dtype", "tensor", "zeros", "ones", "full", "empty",
     "arange", "eye", "rand", "randn", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
     "randn_like", "from_numpy", "from_dlpack", "manual_seed", "custom_op", "register_plugin", "unregister_plugin", "cat", "concat", "stack", "where", "matmul", "trace", "shadow", "ShadowMismatchError",
+    "linspace", "einsum", "floor_divide", "masked_fill", "masked_select", "nonzero", "tril", "triu", "tril2", "triu2",
+    "allclose", "isclose", "isfinite", "isinf", "isnan", "argsort", "sort", "topk", "bmm", "mm", "norm", "roll",
+    "unbind",  # any and all are exported too, but not by *, which would shadow the builtins
     "u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64", "functional", "nn", "optim", "utils", "plugins", "load", "save",
     "CandleError", "ArgumentError", "ShapeError", "DTypeError", "DeviceError", "BackendUnavailableError", "UnsupportedOpError",
     "IndexOutOfRangeError", "KernelError", "PluginError", "ReadOnlyError", "FormatError", "TensorNameError",

@@ -221,6 +221,40 @@ class Tensor:
     def int(self):
         return self.to_dtype("i32")
 
+    def bool(self):
+        """A u8 mask, 1 where self is nonzero (NaN included): u8 is Candle's bool,
+        there is no bool dtype."""
+        return ops.elementwise.compare("ne", self, 0)
+
+    def type_as(self, other) -> "Tensor":
+        """Self in other's dtype, on other's device (PyTorch's tensor type is both)."""
+        return ops.creation.to(self, other)
+
+    def cpu(self) -> "Tensor":
+        return ops.creation.to_device(self, "cpu")
+
+    def cuda(self, device=None) -> "Tensor":
+        """Self on a cuda device: ``cuda()`` is cuda:0, ``cuda(1)`` cuda:1, or a device name."""
+        return ops.creation.to_device(self, f"cuda:{device or 0}" if device is None or isinstance(device, int)
+                                      else device)
+
+    def _made_like(self, dtype, device) -> dict:
+        """The dtype and device keywords of new_*: self's unless given."""
+        return {"dtype": self._dtype if dtype is None else dtype, "device": self._device if device is None else device}
+
+    def new_zeros(self, *size, dtype=None, device=None) -> "Tensor":
+        """Zeros of size, in self's dtype and on its device unless given (as new_ones, new_full, new_tensor)."""
+        return ops.creation.zeros(_shape_args(size), **self._made_like(dtype, device))
+
+    def new_ones(self, *size, dtype=None, device=None) -> "Tensor":
+        return ops.creation.ones(_shape_args(size), **self._made_like(dtype, device))
+
+    def new_full(self, size, fill_value, dtype=None, device=None) -> "Tensor":
+        return ops.creation.full(size, fill_value, **self._made_like(dtype, device))
+
+    def new_tensor(self, data, dtype=None, device=None) -> "Tensor":
+        return ops.creation.tensor(data, **self._made_like(dtype, device))
+
     def contiguous(self) -> "Tensor":
         """Itself when contiguous, else a contiguous copy."""
         return ops.shape.contiguous(self)
@@ -309,6 +343,11 @@ class Tensor:
         return ops.shape.t(self)
 
     @property
+    def mT(self) -> "Tensor":
+        """The last two dims swapped (a batch of transposed matrices)."""
+        return ops.shape.t(self)
+
+    @property
     def T(self) -> "Tensor":
         """All dims reversed, as numpy's ``.T``."""
         return ops.shape.permute(self, tuple(range(self.rank - 1, -1, -1)))
@@ -358,6 +397,30 @@ class Tensor:
 
     def flip(self, dims) -> "Tensor":
         return ops.shape.flip(self, dims)
+
+    def roll(self, shifts, dims=None) -> "Tensor":
+        return ops.shape.roll(self, shifts, dims)
+
+    def unbind(self, dim: int = 0) -> tuple:
+        return ops.shape.unbind(self, dim)
+
+    def tril(self, diagonal: int = 0) -> "Tensor":
+        return ops.masking.tril(self, diagonal)
+
+    def triu(self, diagonal: int = 0) -> "Tensor":
+        return ops.masking.triu(self, diagonal)
+
+    def masked_fill(self, mask, value) -> "Tensor":
+        """value where mask (u8, broadcast to self's shape) is nonzero."""
+        return ops.masking.masked_fill(self, mask, value)
+
+    def masked_select(self, mask) -> "Tensor":
+        """The elements where mask is nonzero, as a 1-d tensor."""
+        return ops.masking.masked_select(self, mask)
+
+    def nonzero(self, as_tuple: bool = False):
+        """u32 coordinates of the nonzero elements: (count, rank), or one tensor per dim."""
+        return ops.masking.nonzero(self, as_tuple)
 
     def equal(self, other) -> bool:
         """True when shapes and all values are equal (Candle/PyTorch ``equal``)."""
@@ -456,6 +519,16 @@ class Tensor:
     def __rtruediv__(self, other):
         return ops.elementwise.binary_any("div", self, other, reflected=True)
 
+    def __floordiv__(self, other):
+        """Division rounded toward -inf (Python's and PyTorch's //)."""
+        return ops.elementwise.floor_divide(self, other)
+
+    def __rfloordiv__(self, other):
+        return ops.elementwise.floor_divide(self, other, reflected=True)
+
+    def floor_divide(self, other) -> "Tensor":
+        return ops.elementwise.floor_divide(self, other)
+
     def __mod__(self, other):
         """Remainder with the sign of the divisor (Python's and PyTorch's)."""
         return ops.elementwise.binary_any("rem", self, other)
@@ -541,11 +614,35 @@ class Tensor:
     broadcast_eq, broadcast_ne, broadcast_lt = eq, ne, lt
     broadcast_le, broadcast_gt, broadcast_ge = le, gt, ge
 
+    def isnan(self) -> "Tensor":
+        return ops.predicates.isnan(self)
+
+    def isinf(self) -> "Tensor":
+        return ops.predicates.isinf(self)
+
+    def isfinite(self) -> "Tensor":
+        return ops.predicates.isfinite(self)
+
+    def isclose(self, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> "Tensor":
+        """u8: 1 where |self - other| <= atol + rtol * |other| (PyTorch's isclose)."""
+        return ops.predicates.isclose(self, other, rtol, atol, equal_nan)
+
+    def allclose(self, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+        return ops.predicates.allclose(self, other, rtol, atol, equal_nan)
+
     def where_cond(self, on_true, on_false) -> "Tensor":
         """``on_true`` where self is nonzero, else ``on_false`` (broadcasting)."""
         return ops.elementwise.where(self, on_true, on_false)
 
     # ---- reductions ---------------------------------------------------------------------
+    def any(self, dim=None, keepdim: bool = False) -> "Tensor":
+        """u8: whether some element along dim (all dims when None) is nonzero."""
+        return ops.predicates.any_(self, dim, keepdim)
+
+    def all(self, dim=None, keepdim: bool = False) -> "Tensor":
+        """u8: whether every element along dim (all dims when None) is nonzero."""
+        return ops.predicates.all_(self, dim, keepdim)
+
     def sum(self, dim=None, keepdim: bool = False) -> "Tensor":
         """Sum over ``dim`` (an int, a list of ints, or None for all dims)."""
         return ops.reduce.reduce("sum", self, dim, keepdim)
@@ -622,9 +719,29 @@ class Tensor:
     def cumsum(self, dim: int) -> "Tensor":
         return ops.reduce.cumsum(self, dim)
 
-    def norm(self) -> "Tensor":
-        """The L2 norm of all elements."""
-        return self.sqr().sum_all().sqrt()
+    def norm(self, p=2, dim=None, keepdim: bool = False) -> "Tensor":
+        """The vector p-norm over dim (all elements when None): p a number >= 0,
+        inf, -inf or 'fro'."""
+        return ops.linalg.norm(self, p, dim, keepdim)
+
+    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False):
+        """(values, u32 indices) sorted along dim; ties keep their order (always stable)."""
+        return ops.sorting.sort(self, dim, descending, stable)
+
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> "Tensor":
+        return ops.sorting.argsort(self, dim, descending, stable)
+
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+        """(values, u32 indices) of the k largest (smallest) elements along dim, sorted."""
+        return ops.sorting.topk(self, k, dim, largest, sorted)
+
+    def sort_last_dim(self, asc: bool = True) -> tuple:
+        """Candle's: (sorted values, u32 indices) along the last dim."""
+        return ops.sorting.sort_last_dim(self, asc)
+
+    def arg_sort_last_dim(self, asc: bool = True) -> "Tensor":
+        """Candle's: the u32 indices that sort the last dim."""
+        return ops.sorting.arg_sort_last_dim(self, asc)
 
     # ---- linear algebra and indexing --------------------------------------------------
     def matmul(self, rhs) -> "Tensor":
@@ -632,6 +749,14 @@ class Tensor:
         return ops.linalg.matmul(self, rhs)
 
     broadcast_matmul = matmul
+
+    def mm(self, other) -> "Tensor":
+        """The product of two 2-d tensors (no broadcasting)."""
+        return ops.linalg.mm(self, other)
+
+    def bmm(self, other) -> "Tensor":
+        """Batched products of two 3-d tensors with the same batch size."""
+        return ops.linalg.bmm(self, other)
 
     def mv(self, vec) -> "Tensor":
         return ops.linalg.matmul(self, vec.unsqueeze(-1)).squeeze(-1)

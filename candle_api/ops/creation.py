@@ -224,6 +224,20 @@ def arange_step(start, end, step, dtype=None, device=None) -> Tensor:
     return arange(start, end, step, dtype=dtype, device=device)
 
 
+def linspace(start, end, steps: int, dtype=None, device=None) -> Tensor:
+    """steps values evenly spaced from start to end, both included (f32 unless
+    dtype says otherwise; integer dtypes truncate, as PyTorch's)."""
+    if not isinstance(steps, numbers.Integral) or steps < 0:
+        raise ArgumentError(f"linspace: steps must be an int >= 0, got {steps!r}")
+    for name, v in (("start", start), ("end", end)):
+        if not isinstance(v, numbers.Real) or not math.isfinite(v):
+            raise ArgumentError(f"linspace: {name} must be a finite number, got {v!r}")
+    if steps > MAX_ARANGE:
+        raise ShapeError(f"linspace: {steps} values are too many for one tensor (at most {MAX_ARANGE})")
+    dt = get_dtype(dtype) if dtype is not None else f32
+    return from_array(_cast_rules(np.linspace(start, end, int(steps)), dt), dt, device)
+
+
 def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
     dt = get_dtype(dtype) if dtype is not None else f32
     return from_array(np.eye(n, m if m is not None else n, dtype=dt.np), dt, device)

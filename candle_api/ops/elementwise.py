@@ -160,6 +160,26 @@ def compare(op: str, x: Tensor, other) -> Tensor:
     return apply_binary(BINARY[op], x, scalar(other, x._dtype, x._device), u8)
 
 
+def floor_divide(x: Tensor, other, reflected: bool = False) -> Tensor:
+    """x // other (other // x when reflected), rounded toward -inf as Python's and
+    PyTorch's //. Integers: the truncated quotient, less one where the remainder
+    with the divisor's sign (%) differs from the one with the dividend's (fmod),
+    i.e. where the signs differ; division by zero raises, as for /. Floats:
+    NumPy's and Python's divmod rule, (x - x % y) / y rounded to the nearest
+    integer it should be, and x / y where y is 0."""
+    if not isinstance(other, Tensor):
+        if not isinstance(other, numbers.Number):
+            return NotImplemented
+        other = scalar(other, x._dtype, x._device)
+    a, b = (other, x) if reflected else (x, other)
+    if a._dtype.is_int:
+        return binary("div", a, b) - cast(binary("ne", binary("rem", a, b), binary("fmod", a, b)), a._dtype)
+    div = (a - binary("rem", a, b)) / b
+    q = div.floor()
+    q = q + cast(div - q > 0.5, a._dtype)
+    return where(b == 0, a / b, q)
+
+
 _SCALARS: dict = {}
 
 

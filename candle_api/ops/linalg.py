@@ -1,13 +1,16 @@
-"""Matrix products."""
+"""Matrix products and vector norms."""
 
 from __future__ import annotations
 
+import math
+
 from ..autograd.helpers import sum_to
-from ..errors import ShapeError
+from ..errors import ArgumentError, ShapeError
 from ..layout import Layout, numel
 from ..tensor import Tensor
-from .core import broadcast_shape, check_tensor, same_device, same_dtype
+from .core import broadcast_shape, check_tensor, require_float, same_device, same_dtype
 from .dispatch import OpDef, apply, apply_binary, define
+from .reduce import _ACCUMULATE
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -83,3 +86,46 @@ def _laid_out_like(x: Tensor, left: Tensor, right: Tensor) -> Tensor:
 
 
 MATMUL = define(OpDef("matmul", prepare=_matmul_prepare, backward=_matmul_backward))
+
+
+def mm(a: Tensor, b: Tensor) -> Tensor:
+    """The product of two matrices (2-d only, no broadcasting: PyTorch's mm)."""
+    check_tensor("mm", a, "left operand")
+    check_tensor("mm", b, "right operand")
+    if a.rank != 2 or b.rank != 2:
+        raise ShapeError(f"mm: needs two 2-d tensors, got shapes {a.shape} and {b.shape}")
+    return matmul(a, b)
+
+
+def bmm(a: Tensor, b: Tensor) -> Tensor:
+    """Batched products of (b, n, m) and (b, m, p) (3-d, equal batches: PyTorch's bmm)."""
+    check_tensor("bmm", a, "left operand")
+    check_tensor("bmm", b, "right operand")
+    if a.rank != 3 or b.rank != 3 or a.shape[0] != b.shape[0]:
+        raise ShapeError(f"bmm: needs two 3-d tensors with the same batch size, got shapes {a.shape} and {b.shape}")
+    return matmul(a, b)
+
+
+def norm(x: Tensor, p=2, dim=None, keepdim: bool = False) -> Tensor:
+    """The vector p-norm over dim (all dims when None): p a positive number,
+    inf (max |x|), -inf (min |x|), 0 (the count of nonzeros) or 'fro' (2).
+    Halves are computed in f32, as their means are."""
+    check_tensor("norm", x)
+    require_float("norm", x)
+    if p == "fro":
+        p = 2
+    if isinstance(p, str) or not isinstance(p, (int, float)) or p < 0 and p != -math.inf:
+        raise ArgumentError(f"norm: p must be 'fro', inf, -inf or a number >= 0, got {p!r}")
+    if x._dtype in _ACCUMULATE:
+        return norm(x.to_dtype(_ACCUMULATE[x._dtype]), p, dim, keepdim).to_dtype(x._dtype)
+    if p == math.inf:
+        return abs(x).max(dim, keepdim)
+    if p == -math.inf:
+        return abs(x).min(dim, keepdim)
+    if p == 0:
+        return (x != 0).to_dtype(x._dtype).sum(dim, keepdim)
+    if p == 1:
+        return abs(x).sum(dim, keepdim)
+    if p == 2:
+        return x.sqr().sum(dim, keepdim).sqrt()
+    return abs(x).powf(p).sum(dim, keepdim).powf(1.0 / p)

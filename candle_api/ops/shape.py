@@ -1,6 +1,6 @@
 """Shape ops. Views (reshape of a compatible layout, transpose, permute,
-narrow, squeeze, unsqueeze, broadcast, select) share the storage and copy
-nothing; contiguous, copy, cat, stack, pad_with_zeros, repeat and flip copy
+narrow, squeeze, unsqueeze, broadcast, select, unbind) share the storage and copy
+nothing; contiguous, copy, cat, stack, pad_with_zeros, repeat, flip and roll copy
 through the device's strided "copy" kernel."""
 
 from __future__ import annotations
@@ -270,3 +270,30 @@ def flip(x: Tensor, dims) -> Tensor:
         return lay
 
     return copy(derived_view(x, relayout(lay), "flip", lambda g: g.flip(flipped)))
+
+
+def unbind(x: Tensor, dim: int = 0) -> tuple:
+    """The slices of x along dim, as views without that dim."""
+    dim = normalize_dim(dim, x.rank)
+    return tuple(select(x, dim, i) for i in range(x.shape[dim]))
+
+
+def roll(x: Tensor, shifts, dims=None) -> Tensor:
+    """A copy with elements shifted along dims (wrapping around); with dims None,
+    the flattened tensor is rolled and the shape restored (PyTorch's roll)."""
+    if dims is None:
+        if not isinstance(shifts, int):
+            raise ShapeError(f"roll: without dims, shifts must be one int, got {shifts!r}")
+        return reshape(roll(flatten(x), shifts, 0), x.shape)
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if len(shifts) != len(dims):
+        raise ShapeError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+    out = x
+    for shift, dim in zip(shifts, dims):
+        dim = normalize_dim(dim, x.rank)
+        size = x.shape[dim]
+        shift = shift % size if size else 0
+        if shift:  # the last `shift` elements move to the front
+            out = cat([narrow(out, dim, size - shift, shift), narrow(out, dim, 0, size - shift)], dim)
+    return out if out is not x else copy(x)
