@@ -12,11 +12,14 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
 from .errors import FormatError
 from .hooks import FormatSpec
 from .registry import registry
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
 
 #: How many leading bytes a format's ``sniff`` receives.
 HEAD_BYTES = 4096
@@ -75,11 +78,18 @@ def _installed() -> str:
     return ", ".join(names) or "none: install candle-formats"
 
 
+def _writers() -> str:
+    """The installed formats that write files, with the extensions that choose them."""
+    names = [f"{spec.name} ({', '.join(spec.extensions)})" for spec, _ in formats() if spec.save is not None]
+    return "formats that write: " + (", ".join(names) or "none: install candle-formats")
+
+
 def _by_name(name: str, need: str) -> FormatSpec:
     for spec, _plugin in formats():
         if spec.name == name and getattr(spec, need) is not None:
             return spec
-    raise FormatError(name, None, f"no installed format {name!r} can {need} (installed formats: {_installed()})")
+    known = _writers() if need == "save" else f"installed formats: {_installed()}"
+    raise FormatError(name, None, f"no installed format {name!r} can {need} ({known})")
 
 
 def open_regular(path: str | os.PathLike) -> BinaryIO:
@@ -146,10 +156,14 @@ def load(path: str | os.PathLike, device=None, dtype=None, format: str | None = 
     return tensors.converted(convert)
 
 
-def save(tensors: Mapping, path: str | os.PathLike, metadata: Mapping | None = None, format: str | None = None) -> None:
-    """Writes a name -> Tensor mapping; the format comes from ``format`` or
-    the file's extension."""
+def save(tensors: Mapping | Tensor, path: str | os.PathLike, metadata: Mapping | None = None,
+         format: str | None = None) -> None:
+    """Writes a name -> Tensor mapping, or one tensor (named ``arr_0``, NumPy's
+    name for an unnamed array, as a loaded .npy names it); the format comes
+    from ``format`` or the file's extension."""
     path = Path(path)
+    if not isinstance(tensors, Mapping):
+        tensors = {"arr_0": tensors}
     if format:
         spec = _by_name(format, "save")
     else:
@@ -157,7 +171,7 @@ def save(tensors: Mapping, path: str | os.PathLike, metadata: Mapping | None = N
         match = [spec for spec, _ in formats() if spec.save is not None and any(name.endswith(e) for e in spec.extensions)]
         if not match:
             raise FormatError(path, None, f"no installed format writes files named like {path.name!r} "
-                                          f"(installed formats: {_installed()})")
+                                          f"({_writers()})")
         spec = match[0]
     try:
         spec.save(tensors, path, metadata)

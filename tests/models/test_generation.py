@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -325,3 +326,58 @@ def test_top_p_keeps_what_a_full_stable_sort_keeps(scale, top_p):
     expected = z.copy()
     expected[order[np.cumsum(sorted_p) - sorted_p >= top_p]] = 0
     np.testing.assert_array_equal(Sampler(0.7, top_p=top_p).probabilities(logits), expected / expected.sum())
+
+
+def test_cli_samples_at_random_unless_seeded(capsys, tmp_path):
+    """As llama.cpp and transformers do: the same prompt gives other answers run after run (it gave the
+    same one, from a fixed default seed), and --seed N the same answer again."""
+    folder = tiny_model_folder(tmp_path / "model")
+    argv = ["--model", str(folder), "--raw", "--temperature", "1", "--max-tokens", "24", "hello"]
+    runs = [generate_cli(capsys, *argv) for _ in range(3)]
+    assert all(code == 0 and err.count("\n") == 1 for code, _, err in runs)  # the speed, and nothing more
+    assert len({out for _, out, _ in runs}) > 1
+    seeded = [generate_cli(capsys, *argv, "--seed", "5")[1] for _ in range(2)]
+    assert seeded[0] == seeded[1]
+
+
+#: candle generate whose answer never ends, a piece every 10 ms, run as a shell would run it: with the
+#: default SIGINT handler (a test runner started in the background ignores SIGINT, and children inherit that).
+ENDLESS_ANSWER = """
+import itertools, signal, sys, time
+from candle_api.cli import main
+from candle_models import generate_command
+
+def endless(*args, **kwargs):
+    for _ in itertools.count():
+        yield "ab"
+        time.sleep(0.01)
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+generate_command.generate = endless
+sys.exit(main())
+"""
+
+
+def test_cli_ctrl_c_ends_the_answer_with_a_newline_and_status_130(tmp_path):
+    folder = tiny_model_folder(tmp_path / "model")
+    proc = subprocess.Popen([sys.executable, "-c", ENDLESS_ANSWER, "generate", "--model", str(folder), "--raw",
+                             "hello"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.read(4)  # the answer has begun
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    answer = (first + out).decode()
+    assert proc.returncode == 130 and err == b"candle generate: error: interrupted\n"
+    assert answer.startswith("abab") and answer.endswith("\n") and answer.count("\n") == 1
+    assert set(answer[:-1]) == {"a", "b"}
+
+
+def test_cli_names_what_is_not_a_model(capsys, tmp_path):
+    """A file that is no model, or a folder without config.json or a GGUF file, used to be reported as a
+    folder without tokenizer.json."""
+    (tmp_path / "notes.txt").write_text("not a model")
+    (tmp_path / "empty").mkdir()
+    for model in (tmp_path / "notes.txt", tmp_path / "empty"):
+        code, out, err = generate_cli(capsys, "--model", str(model), "hi")
+        assert (code, out) == (1, "")
+        assert err == (f"candle generate: error: {model} is not a model: candle generate reads a GGUF file, a "
+                       "folder with config.json and safetensors weights, or a Hugging Face repo id\n")

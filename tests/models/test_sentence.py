@@ -120,6 +120,7 @@ def test_text_that_is_not_unicode_is_named(embedder):
 
 def test_progress_bars_on_a_terminal(minilm_folder, monkeypatch):
     monkeypatch.setattr(sys, "stderr", Terminal())
+    monkeypatch.setattr("candle_models.progress.DELAY", 0)  # bars for quick work too: this work is quick
     model = SentenceEmbedder.from_pretrained(minilm_folder, progress=True)
     model.embed(TEXTS[:4], batch_size=2, progress=True)
     err = sys.stderr.getvalue()

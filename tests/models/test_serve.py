@@ -148,7 +148,7 @@ def test_embeddings_equal_candle_embed(server):
     texts = ["A cat sits on the mat.", "The feline rests on the rug.", "A cat sits on the mat."]
     out = subprocess.run([sys.executable, "-m", "candle_api.cli", "embed", "--json", *texts[:2]],
                          capture_output=True, text=True, timeout=120)
-    expected = json.loads(out.stdout)
+    expected = {row["text"]: row["embedding"] for row in json.loads(out.stdout)}
     client = server.client()
     floats = client.embeddings.create(model=EMBED, input=texts)
     assert [d.index for d in floats.data] == [0, 1, 2] and floats.usage.prompt_tokens > 0
