@@ -49,7 +49,7 @@ class Device(str):
             known = ", ".join(sorted(specs)) or "none"
             raise DeviceError(
                 f"no installed plugin provides device type {dev_type!r} (available device types: {known}); "
-                f"install its backend plugin, e.g. `pip install candle-backend-{dev_type}`"
+                f"install its backend plugin (from a checkout of candle-api: `pip install ./backends/cpu` for cpu)"
             )
         spec, plugin = entry
         ok, reason = spec.availability()

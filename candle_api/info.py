@@ -70,7 +70,7 @@ def describe(show_ops: bool = True) -> str:
     lines = [f"candle-api {__version__}", "", "plugins:"]
     infos = plugins()
     if not infos:
-        lines.append("  (none: install a backend, e.g. `pip install candle-backend-cpu`)")
+        lines.append("  (none: install a backend, e.g. `pip install ./backends/cpu` in a checkout of candle-api)")
     for p in infos:
         dist = f"{p.distribution} {p.version}".strip()
         lines.append(f"  {p.name}: {dist}" + (f"  [NOT LOADED: {p.error}]" if p.error else ""))

@@ -18,7 +18,8 @@ from importlib import metadata
 GROUP = "candle_api.onnx"
 NAMES = ("ONNXModel", "InferenceSession", "TensorDescription", "NodeError", "UnsupportedNodeError", "supported_ops",
          "RunOptions", "RunInterruptedError")
-_INSTALL = "pip install 'candle-formats[onnx]'  (installs an ONNX evaluator plugin and the onnx package)"
+_INSTALL = ("pip install './formats[onnx]' in a checkout of candle-api  (installs the ONNX evaluator plugin and "
+            "the onnx package)")
 
 
 def _evaluator():

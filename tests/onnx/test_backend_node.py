@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("onnx", reason="the ONNX evaluator needs onnx: pip install 'candle-formats[onnx]'")
+pytest.importorskip("onnx", reason="the ONNX evaluator needs onnx: pip install './formats[onnx]'")
 os.environ.setdefault("ONNX_HOME", tempfile.mkdtemp(prefix="onnx_home_"))  # the runner writes there
 
 import onnx.backend.test  # noqa: E402

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("onnx", reason="the ONNX evaluator needs onnx: pip install 'candle-formats[onnx]'")
+pytest.importorskip("onnx", reason="the ONNX evaluator needs onnx: pip install './formats[onnx]'")
 
 from candle_api.onnx import InferenceSession  # noqa: E402
 from real_models import FIXTURES, MODELS, relative_error  # noqa: E402

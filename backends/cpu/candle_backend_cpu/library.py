@@ -108,8 +108,8 @@ def load():
             return lib
         raise BackendUnavailableError(
             "cannot load the cpu kernels library; tried: " + "; ".join(tried)
-            + ". It is built when candle-backend-cpu is installed: reinstall it with "
-            "`pip install --force-reinstall --no-deps candle-backend-cpu` on a machine with gcc"
+            + ". It is built when candle-backend-cpu is installed: reinstall it from a checkout of candle-api with "
+            "`pip install --force-reinstall --no-deps ./backends/cpu` on a machine with gcc"
             + (f", or unset {ENV_OVERRIDE}" if os.environ.get(ENV_OVERRIDE) else "")
         )
 

@@ -7,7 +7,7 @@ onnxruntime's NumPy-in, NumPy-out API; ``candle_formats.onnx.backend`` is an
 ``onnx.backend.base.Backend``. As a format plugin it claims ``.onnx`` files:
 ``candle_api.load("model.onnx")`` returns the model's initializers.
 
-The evaluator needs the ``onnx`` package (``pip install candle-formats[onnx]``);
+The evaluator needs the ``onnx`` package (``pip install './formats[onnx]'`` in a checkout);
 importing this plugin does not import it.
 """
 
@@ -21,7 +21,7 @@ from candle_api.hooks import FormatSpec, hookimpl
 _LAZY = {"ONNXModel": "model", "InferenceSession": "model", "TensorDescription": "model", "RunOptions": "plan",
          "UnsupportedNodeError": "errors", "NodeError": "errors", "RunInterruptedError": "errors",
          "supported_ops": "registry"}
-INSTALL_HINT = "the ONNX evaluator needs the onnx package: pip install 'candle-formats[onnx]'"
+INSTALL_HINT = "the ONNX evaluator needs the onnx package: pip install './formats[onnx]' (in a checkout of candle-api)"
 
 
 def _require_onnx(path) -> None:
