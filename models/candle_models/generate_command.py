@@ -1,4 +1,4 @@
-"""``candle generate``: load a Llama-family model, stream the answer to
+"""``candle generate``: load a causal LM (the Llama family, GPT-2, Falcon), stream the answer to
 stdout, and the speed to stderr (arguments: see cli.py; the core's command
 line reports the errors raised here)."""
 
@@ -9,9 +9,9 @@ import sys
 
 from candle_api.errors import ArgumentError
 
+from . import causal_lm
 from .cli import model_path
 from .generation import GenerationStats, Sampler, generate
-from .llama import LlamaForCausalLM
 from .progress import Progress
 from .tokenizer import Tokenizer
 
@@ -25,7 +25,7 @@ def main(args) -> int:
     path = model_path(args.model, "generate")
     with Progress(0, "loading") as progress:
         tokenizer = Tokenizer.from_pretrained(path)
-        model = LlamaForCausalLM.from_pretrained(path, dtype=args.dtype, device=args.device, progress=progress)
+        model = causal_lm.from_pretrained(path, dtype=args.dtype, device=args.device, progress=progress)
     if not args.raw and tokenizer.chat_template is None:
         raise ArgumentError("the model has no chat template: pass --raw to continue the prompt as plain text")
     stats, answered = GenerationStats(), False

@@ -105,3 +105,26 @@ def test_the_family_comes_from_the_config(tmp_path):
         causal_lm.family(folder)
     (folder / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
     assert causal_lm.family(folder) is GPT2LMHeadModel
+
+
+@pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_falcon"])
+def test_candle_generate_runs_every_family(tmp_path, capsys, name):
+    """candle generate loads the family its config names (a char-level tokenizer stands in for one)."""
+    from candle_api.cli import main
+    from test_quantize_command import char_level_tokenizer
+
+    folder = tmp_path / name
+    shutil.copytree(FIXTURES / name, folder)
+    char_level_tokenizer(96).save(str(folder / "tokenizer.json"))
+    assert main(["generate", "--model", str(folder), "--raw", "--max-tokens", "6", "--seed", "3", "ab"]) == 0
+    out, err = capsys.readouterr()
+    assert out.endswith("\n") and "6 tokens generated" in err
+
+
+def test_candle_serve_names_the_families_it_batches(capsys):
+    from candle_api.cli import main
+
+    code = main(["serve", "--port", "0", "--model", str(FIXTURES / "tiny_gpt2"), "--embedding-model", "none"])
+    err = capsys.readouterr().err
+    assert code == 1 and "candle serve batches Llama-family chat models (llama, mistral" in err
+    assert "GPT2LMHeadModel runs with candle generate" in err and err.count("\n") == 1

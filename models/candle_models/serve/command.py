@@ -104,7 +104,9 @@ def _listen(host: str, port: int) -> socket.socket:
 
 def _load(args):
     """The chat model, its tokenizer and the embedder; None for a kind turned off with 'none'."""
+    from .. import causal_lm
     from ..hub import default_model
+    from ..llama import MODEL_TYPES as LLAMA_TYPES
     from ..llama import LlamaForCausalLM
     from ..progress import Progress
     from ..sentence import SentenceEmbedder
@@ -113,6 +115,10 @@ def _load(args):
     chat = embedder = tokenizer = None
     if args.model != "none":
         chat_path = args.model if args.model is not None else default_model("generate")
+        family = causal_lm.family(chat_path)
+        if family is not LlamaForCausalLM:  # the batched decoding (BatchKVCache) is the Llama family's
+            raise ArgumentError(f"{chat_path}: candle serve batches Llama-family chat models "
+                                f"({', '.join(LLAMA_TYPES)}); {family.__name__} runs with candle generate")
         with Progress(0, "loading the chat model") as progress:
             tokenizer = Tokenizer.from_pretrained(chat_path)
             chat = LlamaForCausalLM.from_pretrained(chat_path, dtype=args.dtype, device=args.device,
