@@ -42,7 +42,10 @@ def model_id(spec, name: str | None, task: str) -> str:
 
 
 def main(args) -> int:
-    faulthandler.enable()  # a fault in native code leaves the Python stacks of every thread in the log
+    try:
+        faulthandler.enable()  # a fault in native code leaves the Python stacks of every thread in the log
+    except (AttributeError, ValueError, OSError):  # stderr is no file (captured, closed): no stacks, still serve
+        pass
     for name in ("max_concurrent", "max_queue", "max_body_bytes"):
         if getattr(args, name) < (0 if name == "max_queue" else 1):
             raise ArgumentError(f"--{name.replace('_', '-')} must be at least {0 if name == 'max_queue' else 1}, "
