@@ -18,8 +18,8 @@ import numpy as np
 import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
-from candle_api.errors import ArgumentError
 
+from .decoder import DecoderLM, finish, prepare
 from .llama import KVCache, TransposedLinear
 from .rope import RotaryEmbedding
 
@@ -144,9 +144,7 @@ class FalconDecoderLayer(nn.Module):
         return x + attn + mlp if self.parallel else x + mlp
 
 
-class FalconForCausalLM(nn.Module):
-    """``model(ids)`` gives the logits (batch, seq, vocab); with a :class:`KVCache` (``model.new_cache()``)
-    the positions continue after the cached ones."""
+class FalconForCausalLM(DecoderLM):
 
     def __init__(self, config: FalconConfig, vb: nn.VarBuilder, progress=None):
         super().__init__()
@@ -165,35 +163,16 @@ class FalconForCausalLM(nn.Module):
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, None, config.max_position_embeddings,
                                       vb.dtype, vb.device)
 
-    @property
-    def dtype(self):
-        return self.word_embeddings.weight.dtype
-
-    @property
-    def device(self):
-        return self.word_embeddings.weight.device
-
-    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
-        return KVCache(self.config, batch, capacity, self.dtype, self.device)
+    def _anchor(self) -> c.Tensor:
+        return self.word_embeddings.weight
 
     def forward(self, input_ids, cache: KVCache | None = None, last_only: bool = False) -> c.Tensor:
-        ids = input_ids if isinstance(input_ids, c.Tensor) else c.tensor(input_ids, dtype="u32", device=self.device)
-        if ids.rank != 2:
-            raise ValueError(f"input_ids must be (batch, seq), got shape {ids.shape}")
-        b, t = ids.shape
-        offset = cache.length if cache is not None else 0
-        if offset + t > self.config.context_length:
-            raise ArgumentError(f"{offset + t} positions ({offset} cached + {t} new) exceed the model's "
-                                f"context length of {self.config.context_length}")
+        ids, t, offset = prepare(self, input_ids, cache)
         cos, sin = self.rotary.cos_sin(offset, t)
         x = self.word_embeddings(ids)
         for i, layer in enumerate(self.h):
             x = layer(x, cos, sin, cache, i)
-        if cache is not None:
-            cache.advance(t)
-        if last_only:
-            x = x.narrow(1, t - 1, 1)
-        return self.lm_head(self.ln_f(x))
+        return self.lm_head(self.ln_f(finish(x, cache, t, last_only)))
 
     @classmethod
     def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,

@@ -17,8 +17,8 @@ import numpy as np
 import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
-from candle_api.errors import ArgumentError
 
+from .decoder import DecoderLM, finish, prepare
 from .llama import KVCache
 
 
@@ -122,9 +122,7 @@ class GPT2Block(nn.Module):
         return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x))))
 
 
-class GPT2LMHeadModel(nn.Module):
-    """``model(ids)`` gives the logits (batch, seq, vocab); with a :class:`KVCache` (``model.new_cache()``)
-    the positions continue after the cached ones."""
+class GPT2LMHeadModel(DecoderLM):
 
     def __init__(self, config: GPT2Config, vb: nn.VarBuilder, progress=None):
         super().__init__()
@@ -142,35 +140,16 @@ class GPT2LMHeadModel(nn.Module):
         self.ln_f = nn.LayerNorm(config.n_embd, config.layer_norm_epsilon, vb=vb.pp("ln_f"))
         self.head_t = self.wte.weight.t()  # tied: logits = x @ wte^T
 
-    @property
-    def dtype(self):
-        return self.wte.weight.dtype
-
-    @property
-    def device(self):
-        return self.wte.weight.device
-
-    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
-        return KVCache(self.config, batch, capacity, self.dtype, self.device)
+    def _anchor(self) -> c.Tensor:
+        return self.wte.weight
 
     def forward(self, input_ids, cache: KVCache | None = None, last_only: bool = False) -> c.Tensor:
-        ids = input_ids if isinstance(input_ids, c.Tensor) else c.tensor(input_ids, dtype="u32", device=self.device)
-        if ids.rank != 2:
-            raise ValueError(f"input_ids must be (batch, seq), got shape {ids.shape}")
-        b, t = ids.shape
-        offset = cache.length if cache is not None else 0
-        if offset + t > self.config.n_positions:
-            raise ArgumentError(f"{offset + t} positions ({offset} cached + {t} new) exceed the model's "
-                                f"context length of {self.config.n_positions}")
+        ids, t, offset = prepare(self, input_ids, cache)
         positions = c.arange(offset, offset + t, dtype="u32", device=self.device)
         x = self.wte(ids) + self.wpe(positions)
         for i, block in enumerate(self.h):
             x = block(x, cache, i)
-        if cache is not None:
-            cache.advance(t)
-        if last_only:
-            x = x.narrow(1, t - 1, 1)
-        return self.ln_f(x).matmul(self.head_t)
+        return self.ln_f(finish(x, cache, t, last_only)).matmul(self.head_t)
 
     @classmethod
     def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,

@@ -19,11 +19,11 @@ import numpy as np
 import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
-from candle_api.errors import ArgumentError, ShapeError
-from candle_api.ops.shape import copy_into
+from candle_api.errors import ShapeError
 from candle_api.quantized import QTensor
 
 from .batch_cache import BatchKVCache
+from .decoder import DecoderLM, KVCache, finish, prepare
 from .rope import ROPE_TYPES, RotaryEmbedding
 
 #: config.json ``model_type``s this module runs.
@@ -114,45 +114,6 @@ def _sliding_windows(cfg: dict, model_type: str, layers: int) -> tuple:
         first = cfg.get("max_window_layers", layers)
         return tuple(window if i >= first else None for i in range(layers))
     return (window,) * layers
-
-
-class KVCache:
-    """Keys and values of every layer, (batch, kv_heads, capacity, head_dim)
-    buffers written in place: a decoding step copies one position per layer
-    instead of concatenating the whole cache. Grows by doubling, so memory
-    follows the positions cached, up to ``max_length`` (the model's context
-    length), which it never passes."""
-
-    def __init__(self, config: LlamaConfig, batch: int = 1, capacity: int = 256, dtype="f32", device="cpu"):
-        self.max_length = config.context_length
-        self.shape = (batch, config.num_key_value_heads, min(max(capacity, 1), self.max_length), config.head_dim)
-        self.dtype, self.device = dtype, device
-        self.keys = [c.zeros(self.shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
-        self.values = [c.zeros(self.shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
-        self.length = 0
-
-    def _grow(self, needed: int) -> None:
-        b, h, cap, d = self.shape
-        self.shape = (b, h, max(needed, min(2 * cap, self.max_length)), d)
-        for buffers in (self.keys, self.values):
-            for i, old in enumerate(buffers):
-                new = c.zeros(self.shape, dtype=self.dtype, device=self.device)
-                copy_into(new, new.narrow(2, 0, cap)._layout, old)
-                buffers[i] = new
-
-    def update(self, layer: int, k: c.Tensor, v: c.Tensor) -> tuple[c.Tensor, c.Tensor]:
-        """Writes this step's keys/values after the cached ones; returns views of all of them."""
-        t = k.shape[2]
-        end = self.length + t
-        if end > self.shape[2]:
-            self._grow(end)
-        keys, values = self.keys[layer], self.values[layer]
-        copy_into(keys, keys._layout.narrow(2, self.length, t), k)
-        copy_into(values, values._layout.narrow(2, self.length, t), v)
-        return keys.narrow(2, 0, end), values.narrow(2, 0, end)
-
-    def advance(self, t: int) -> None:
-        self.length += t
 
 
 class TransposedLinear(nn.Module):
@@ -337,12 +298,8 @@ class LlamaModel(nn.Module):
         self.norm = nn.RmsNorm(config.hidden_size, config.rms_norm_eps, vb=vb.pp("norm"))
 
 
-class LlamaForCausalLM(nn.Module):
-    """A Llama-family decoder with its language-model head.
-
-    ``model(ids)`` gives the logits (batch, seq, vocab) of a full forward;
-    with a :class:`KVCache` (``model.new_cache()``) the positions continue
-    after the cached ones and the cache takes this step's keys and values."""
+class LlamaForCausalLM(DecoderLM):
+    """A Llama-family decoder with its language-model head (calls: see :class:`DecoderLM`)."""
 
     def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, progress=None):
         super().__init__()
@@ -370,9 +327,6 @@ class LlamaForCausalLM(nn.Module):
         head = self.lm_head
         return head.weight_t.device if head.weight_t is not None else head.quantized[0].device
 
-    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
-        return KVCache(self.config, batch, capacity, self.dtype, self.device)
-
     def new_batch_cache(self, max_batch: int) -> BatchKVCache:
         """A cache for continuous batching: sequences prefilled one by one (``admit``), then decoded
         together, one token each per forward of (batch, 1) ids."""
@@ -385,31 +339,21 @@ class LlamaForCausalLM(nn.Module):
         new ones make at most ``config.context_length``. With a
         :class:`BatchKVCache` the ids are (batch, 1), one token for each of
         its sequences, each at its own position."""
-        ids = input_ids if isinstance(input_ids, c.Tensor) else c.tensor(input_ids, dtype="u32", device=self.device)
-        if ids.rank != 2:
-            raise ValueError(f"input_ids must be (batch, seq), got shape {ids.shape}")
-        b, t = ids.shape
         if isinstance(cache, BatchKVCache):
             positions = cache.begin_step()
-            if (b, t) != (cache.batch, 1):
+            ids, t, _ = prepare(self, input_ids, None)
+            if ids.shape != (cache.batch, 1):
                 raise ShapeError(f"a batch cache of {cache.batch} sequences takes ids of shape ({cache.batch}, 1), "
                                  f"got {ids.shape}")
             cos, sin = self.rotary.cos_sin_at(positions)
         else:
-            offset = cache.length if cache is not None else 0
-            if offset + t > self.config.context_length:
-                raise ArgumentError(f"{offset + t} positions ({offset} cached + {t} new) exceed the model's "
-                                    f"context length of {self.config.context_length}")
+            ids, t, offset = prepare(self, input_ids, cache)
             cos, sin = self.rotary.cos_sin(offset, t)
         x = self.embed(ids)
         masks = {}  # the attention masks this forward needs, one per window, shared by the layers
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, cache, i, masks)
-        if cache is not None:
-            cache.advance(t)
-        if last_only:
-            x = x.narrow(1, t - 1, 1)
-        return self.lm_head(self.model.norm(x))
+        return self.lm_head(self.model.norm(finish(x, cache, t, last_only)))
 
     @classmethod
     def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,

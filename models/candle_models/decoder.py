@@ -1,0 +1,94 @@
+"""What the causal language models share around their layers: the KV cache,
+the ids they take, the context check, and the positions whose logits they
+compute. Each family subclasses :class:`DecoderLM` and says which weight its
+activations follow (``_anchor``). A config gives the cache its shape through
+``num_hidden_layers``, ``num_key_value_heads``, ``head_dim`` and
+``context_length``."""
+
+from __future__ import annotations
+
+import candle_api as c
+from candle_api import nn
+from candle_api.errors import ArgumentError
+
+from candle_api.ops.shape import copy_into
+
+
+class KVCache:
+    """Keys and values of every layer, (batch, kv_heads, capacity, head_dim)
+    buffers written in place: a decoding step copies one position per layer
+    instead of concatenating the whole cache. Grows by doubling, so memory
+    follows the positions cached, up to ``max_length`` (the model's context
+    length), which it never passes."""
+
+    def __init__(self, config, batch: int = 1, capacity: int = 256, dtype="f32", device="cpu"):
+        self.max_length = config.context_length
+        self.shape = (batch, config.num_key_value_heads, min(max(capacity, 1), self.max_length), config.head_dim)
+        self.dtype, self.device = dtype, device
+        self.keys = [c.zeros(self.shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
+        self.values = [c.zeros(self.shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
+        self.length = 0
+
+    def _grow(self, needed: int) -> None:
+        b, h, cap, d = self.shape
+        self.shape = (b, h, max(needed, min(2 * cap, self.max_length)), d)
+        for buffers in (self.keys, self.values):
+            for i, old in enumerate(buffers):
+                new = c.zeros(self.shape, dtype=self.dtype, device=self.device)
+                copy_into(new, new.narrow(2, 0, cap)._layout, old)
+                buffers[i] = new
+
+    def update(self, layer: int, k: c.Tensor, v: c.Tensor) -> tuple[c.Tensor, c.Tensor]:
+        """Writes this step's keys/values after the cached ones; returns views of all of them."""
+        t = k.shape[2]
+        end = self.length + t
+        if end > self.shape[2]:
+            self._grow(end)
+        keys, values = self.keys[layer], self.values[layer]
+        copy_into(keys, keys._layout.narrow(2, self.length, t), k)
+        copy_into(values, values._layout.narrow(2, self.length, t), v)
+        return keys.narrow(2, 0, end), values.narrow(2, 0, end)
+
+    def advance(self, t: int) -> None:
+        self.length += t
+
+
+def prepare(model, input_ids, cache) -> tuple[c.Tensor, int, int]:
+    """(ids as a (batch, seq) tensor on the model's device, seq, the cached positions before them),
+    refusing a forward that would pass the context length."""
+    ids = input_ids if isinstance(input_ids, c.Tensor) else c.tensor(input_ids, dtype="u32", device=model.device)
+    if ids.rank != 2:
+        raise ValueError(f"input_ids must be (batch, seq), got shape {ids.shape}")
+    t = ids.shape[1]
+    offset = cache.length if cache is not None else 0
+    limit = model.config.context_length
+    if offset + t > limit:
+        raise ArgumentError(f"{offset + t} positions ({offset} cached + {t} new) exceed the model's "
+                            f"context length of {limit}")
+    return ids, t, offset
+
+
+def finish(x: c.Tensor, cache, t: int, last_only: bool) -> c.Tensor:
+    """The hidden states whose logits are wanted, once the cache has taken this forward's positions."""
+    if cache is not None:
+        cache.advance(t)
+    return x.narrow(1, t - 1, 1) if last_only else x
+
+
+class DecoderLM(nn.Module):
+    """``model(ids)`` gives the logits (batch, seq, vocab); with a :class:`KVCache` (``model.new_cache()``)
+    the positions continue after the cached ones, and ``last_only`` computes the last position's only."""
+
+    def _anchor(self) -> c.Tensor:
+        raise NotImplementedError
+
+    @property
+    def dtype(self):
+        return self._anchor().dtype
+
+    @property
+    def device(self):
+        return self._anchor().device
+
+    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
+        return KVCache(self.config, batch, capacity, self.dtype, self.device)
