@@ -8,6 +8,9 @@ docstring says so). The work happens in ``candle_api.ops``.
 
 from __future__ import annotations
 
+import collections
+import numbers
+
 import numpy as np
 
 from . import autograd
@@ -665,9 +668,14 @@ class Tensor:
     def mean_all(self) -> "Tensor":
         return ops.reduce.mean(self, None, False)
 
-    def max(self, dim=None, keepdim: bool = False) -> "Tensor":
-        """The maximum over ``dim`` (all dims when None). Returns values only, as
-        Candle does; use argmax for the indices."""
+    def max(self, dim=None, keepdim: bool = False):
+        """As PyTorch: with no dim, the maximum of all elements; with an int dim,
+        ``(values, indices)`` along it (indices u32, of the first maximum). Over
+        several dims at once, use :meth:`amax`."""
+        return _extreme("max", self, dim, keepdim)
+
+    def amax(self, dim=None, keepdim: bool = False) -> "Tensor":
+        """The maximum over ``dim``: an int, several dims, or all of them (None); values only."""
         return ops.reduce.reduce("max", self, dim, keepdim)
 
     def max_keepdim(self, dim) -> "Tensor":
@@ -676,8 +684,12 @@ class Tensor:
     def max_all(self) -> "Tensor":
         return ops.reduce.reduce("max", self, None, False)
 
-    def min(self, dim=None, keepdim: bool = False) -> "Tensor":
-        """The minimum over ``dim`` (all dims when None); values only, as in Candle."""
+    def min(self, dim=None, keepdim: bool = False):
+        """As :meth:`max`, for the minimum (:meth:`amin` over several dims)."""
+        return _extreme("min", self, dim, keepdim)
+
+    def amin(self, dim=None, keepdim: bool = False) -> "Tensor":
+        """The minimum over ``dim``: an int, several dims, or all of them (None); values only."""
         return ops.reduce.reduce("min", self, dim, keepdim)
 
     def min_keepdim(self, dim) -> "Tensor":
@@ -850,3 +862,19 @@ del _op, _doc
 from .ops.indexing import getitem as _getitem  # noqa: E402
 from .ops.linalg import matmul as _matmul  # noqa: E402
 from .ops.nn import SOFTMAX_LAST as _SOFTMAX_LAST, _softmax_like  # noqa: E402
+
+
+#: PyTorch's torch.return_types.max / min: a tuple with ``.values`` and ``.indices``.
+MaxResult = collections.namedtuple("max", ["values", "indices"])
+MinResult = collections.namedtuple("min", ["values", "indices"])
+
+
+def _extreme(kind: str, x: Tensor, dim, keepdim: bool):
+    """Tensor.max / Tensor.min: all elements' (dim None), or values and indices along one dim."""
+    if dim is None:
+        return ops.reduce.reduce(kind, x, None, keepdim)
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+        raise TypeError(f"{kind}(dim) takes one int dim (values and indices along it), got {dim!r}: "
+                        f"use a{kind}() to reduce over several dims")
+    result = MaxResult if kind == "max" else MinResult
+    return result(ops.reduce.reduce(kind, x, dim, keepdim), ops.reduce.arg(f"arg{kind}", x, dim, keepdim))

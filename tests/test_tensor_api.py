@@ -223,7 +223,12 @@ def test_testing_helpers():
 def test_functional_and_reductions_surface():
     x = c.Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     assert x.sum_keepdim(1).shape == (2, 1) and x.sum([0, 1]).values() == 21.0
-    assert x.max_keepdim(0).shape == (1, 3) and x.min_all().values() == 1.0 and x.max(1).values() == [3.0, 6.0]
+    assert x.max_keepdim(0).shape == (1, 3) and x.min_all().values() == 1.0 and x.amax(1).values() == [3.0, 6.0]
+    values, indices = x.max(1)
+    assert values.values() == [3.0, 6.0] and indices.values() == [2, 2] and x.max(1).indices.dtype == c.u32
+    assert x.min(0, keepdim=True).values.shape == (1, 3) and x.max().values() == 6.0
+    with pytest.raises(TypeError, match="amax"):
+        x.max((0, 1))
     assert x.argmax_keepdim(1).values() == [[2], [2]] and x.argmin().values() == 0
     assert x.mean_all().values() == 3.5 and x.var(1).values() == [1.0, 1.0]
     assert abs(x.log_sum_exp(1).values()[0] - math.log(math.exp(1) + math.exp(2) + math.exp(3))) < 1e-6

@@ -119,9 +119,9 @@ def norm(x: Tensor, p=2, dim=None, keepdim: bool = False) -> Tensor:
     if x._dtype in _ACCUMULATE:
         return norm(x.to_dtype(_ACCUMULATE[x._dtype]), p, dim, keepdim).to_dtype(x._dtype)
     if p == math.inf:
-        return abs(x).max(dim, keepdim)
+        return abs(x).amax(dim, keepdim)
     if p == -math.inf:
-        return abs(x).min(dim, keepdim)
+        return abs(x).amin(dim, keepdim)
     if p == 0:
         return (x != 0).to_dtype(x._dtype).sum(dim, keepdim)
     if p == 1:

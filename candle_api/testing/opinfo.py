@@ -436,8 +436,8 @@ def _np_mean(x, dim=None, keepdim=False):
 
 op("sum", lambda x, **k: x.sum(**k), _np_reduce(np.sum), ALL, _reduce_samples(), tol_scale=4)
 op("prod", lambda x, **k: x.prod(**k), _np_reduce(np.prod), ALL, _reduce_samples(0.6, 1.4, (0, 3)), tol_scale=4)
-op("max", lambda x, **k: x.max(**k), _np_reduce(np.max), ALL, _reduce_samples(reduce_empty=False))
-op("min", lambda x, **k: x.min(**k), _np_reduce(np.min), ALL, _reduce_samples(reduce_empty=False))
+op("max", lambda x, **k: x.amax(**k), _np_reduce(np.max), ALL, _reduce_samples(reduce_empty=False))
+op("min", lambda x, **k: x.amin(**k), _np_reduce(np.min), ALL, _reduce_samples(reduce_empty=False))
 op("argmax", lambda x, **k: x.argmax(**k), _np_arg(np.argmax), ALL,
    _reduce_samples(dims=(None, 0, 1, -1), reduce_empty=False), out_dtype=lambda d: u32)
 op("argmin", lambda x, **k: x.argmin(**k), _np_arg(np.argmin), ALL,

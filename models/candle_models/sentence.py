@@ -71,7 +71,7 @@ def pool(hidden: c.Tensor, mask: c.Tensor, modes) -> c.Tensor:
         if mode == "cls":
             out.append(hidden[:, 0])
         elif mode == "max":
-            out.append(c.where(mask.unsqueeze(-1) != 0, hidden, float("-inf")).max(1))
+            out.append(c.where(mask.unsqueeze(-1) != 0, hidden, float("-inf")).amax(1))
         else:
             summed = (mask.unsqueeze(1) @ hidden).squeeze(1)  # the masked sum over tokens as one product
             count = mask.sum_keepdim(1).clamp(min=1e-9)

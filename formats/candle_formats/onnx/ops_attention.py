@@ -106,7 +106,7 @@ def attention(node, q, k, v, attn_mask=None, past_key=None, past_value=None, non
         scores = scores.to_dtype(onnx_type(precision).storage)
     probs = scores.softmax(-1)
     if bias is not None:  # a row with every key masked attends to nothing
-        probs = c.where(bias.max(-1, True) == -math.inf, 0.0, probs)
+        probs = c.where(bias.amax(-1, True) == -math.inf, 0.0, probs)
     probs = probs.to_dtype(q.dtype)
     if mode == 3:
         qk_out = probs

@@ -201,7 +201,7 @@ def unique(node, x):
     n = rows.shape[0]
     perm = sort_rows(rows) if rows.shape[1] != 1 else sort_last(rows.reshape(-1))[1]
     ordered = rows.index_select(perm, 0)
-    changed = (ordered.narrow(0, 1, n - 1) != ordered.narrow(0, 0, n - 1)).max(1) if n > 1 else None
+    changed = (ordered.narrow(0, 1, n - 1) != ordered.narrow(0, 0, n - 1)).amax(1) if n > 1 else None
     starts = c.cat([full((1,), 1, c.u8, x.device), changed], 0) if changed is not None else full((n,), 1, c.u8, x.device)
     group = starts.to_dtype(c.i64).cumsum(0) - 1                      # group of each sorted row
     count, start_pos = nonzero_flat(starts)

@@ -175,7 +175,7 @@ def global_average_pool(node, x):
 
 @op("GlobalMaxPool")
 def global_max_pool(node, x):
-    return x.max(_spatial(x), True)
+    return x.amax(_spatial(x), True)
 
 
 @op("GlobalLpPool", since=2)

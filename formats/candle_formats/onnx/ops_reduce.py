@@ -38,8 +38,8 @@ def _float_then_back(fn):
 _REDUCE = {
     "ReduceSum": lambda x, d, k: x.sum(d, k),
     "ReduceMean": lambda x, d, k: x.mean(d, k),
-    "ReduceMax": lambda x, d, k: x.max(d, k),
-    "ReduceMin": lambda x, d, k: x.min(d, k),
+    "ReduceMax": lambda x, d, k: x.amax(d, k),
+    "ReduceMin": lambda x, d, k: x.amin(d, k),
     "ReduceProd": lambda x, d, k: x.prod(d, k),
     "ReduceL1": lambda x, d, k: x.abs().sum(d, k),
     "ReduceL2": _float_then_back(lambda x, d, k: (x * x).sum(d, k).sqrt()),
