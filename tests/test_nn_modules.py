@@ -20,7 +20,7 @@ def rng(seed=0):
     return np.random.default_rng(seed)
 
 
-def close(actual, expected, rtol=RTOL, atol=ATOL):
+def assert_close(actual, expected, rtol=RTOL, atol=ATOL):
     np.testing.assert_allclose(actual.numpy() if isinstance(actual, c.Tensor) else actual, expected, rtol, atol)
 
 
@@ -124,11 +124,11 @@ def pool_ref(x, k, s, p, mode, ceil_mode=False, count_include_pad=True):
 def test_max_and_avg_pool_match_reference(kwargs, ref):
     x = rng().standard_normal((2, 3, 7, 9)).astype(np.float32)
     ceil = kwargs.get("ceil_mode", False)
-    close(nn.MaxPool2d(**kwargs)(c.Tensor(x)), pool_ref(x, *ref, "max", ceil))
+    assert_close(nn.MaxPool2d(**kwargs)(c.Tensor(x)), pool_ref(x, *ref, "max", ceil))
     for include in (True, False):
         got = nn.AvgPool2d(**kwargs, count_include_pad=include)(c.Tensor(x))
-        close(got, pool_ref(x, *ref, "avg", ceil, include))
-    close(nn.MaxPool2d(**kwargs)(c.Tensor(x[0])), pool_ref(x[:1], *ref, "max", ceil)[0])  # unbatched
+        assert_close(got, pool_ref(x, *ref, "avg", ceil, include))
+    assert_close(nn.MaxPool2d(**kwargs)(c.Tensor(x[0])), pool_ref(x[:1], *ref, "max", ceil)[0])  # unbatched
 
 
 def adaptive_ref(x, oh, ow):
@@ -152,9 +152,9 @@ def adaptive_ref(x, oh, ow):
 def test_adaptive_avg_pool_any_output_size(size, out, expected):
     x = rng().standard_normal((2, 3) + size)
     pool = nn.AdaptiveAvgPool2d(out)
-    close(pool(c.Tensor(x)), adaptive_ref(x, *expected), 1e-12, 1e-12)
-    close(pool(c.Tensor(x[0])), adaptive_ref(x[0], *expected), 1e-12, 1e-12)
-    close(nn.functional.adaptive_avg_pool2d(c.Tensor(x), out), adaptive_ref(x, *expected), 1e-12, 1e-12)
+    assert_close(pool(c.Tensor(x)), adaptive_ref(x, *expected), 1e-12, 1e-12)
+    assert_close(pool(c.Tensor(x[0])), adaptive_ref(x[0], *expected), 1e-12, 1e-12)
+    assert_close(nn.functional.adaptive_avg_pool2d(c.Tensor(x), out), adaptive_ref(x, *expected), 1e-12, 1e-12)
 
 
 def test_pooling_gradients_and_errors():
@@ -179,10 +179,10 @@ def test_pooling_gradients_and_errors():
 
 def test_flatten_unflatten_identity():
     x = rng().standard_normal((2, 3, 5, 7))
-    close(nn.Flatten()(c.Tensor(x)), x.reshape(2, -1), 0, 0)
-    close(nn.Flatten(0, 2)(c.Tensor(x)), x.reshape(30, 7), 0, 0)
-    close(nn.Unflatten(1, (3, 5))(c.Tensor(x.reshape(2, 15, 7))), x, 0, 0)
-    close(nn.Unflatten(-1, (-1, 7))(c.Tensor(x.reshape(2, 3, 35))), x, 0, 0)
+    assert_close(nn.Flatten()(c.Tensor(x)), x.reshape(2, -1), 0, 0)
+    assert_close(nn.Flatten(0, 2)(c.Tensor(x)), x.reshape(30, 7), 0, 0)
+    assert_close(nn.Unflatten(1, (3, 5))(c.Tensor(x.reshape(2, 15, 7))), x, 0, 0)
+    assert_close(nn.Unflatten(-1, (-1, 7))(c.Tensor(x.reshape(2, 3, 35))), x, 0, 0)
     t = c.Tensor(x)
     assert nn.Identity(3, any="thing")(t) is t
     model = nn.Sequential(nn.Flatten(), nn.Unflatten(1, (3, 35)))
@@ -199,11 +199,11 @@ def test_prelu():
     x = rng().standard_normal((2, 3, 4, 5)).astype(np.float32)
     one = nn.PReLU()
     assert list(one.state_dict()) == ["weight"] and one.weight.shape == (1,)
-    close(one(c.Tensor(x)), np.where(x > 0, x, 0.25 * x))  # PyTorch's initial slope
+    assert_close(one(c.Tensor(x)), np.where(x > 0, x, 0.25 * x))  # PyTorch's initial slope
     per_channel = nn.PReLU(3)
     w = randomize(per_channel)["weight"]
-    close(per_channel(c.Tensor(x)), np.where(x > 0, x, w.reshape(3, 1, 1) * x))
-    close(per_channel(c.Tensor(x[0, :, 0, 0])), np.where(x[0, :, 0, 0] > 0, x[0, :, 0, 0], w * x[0, :, 0, 0]))
+    assert_close(per_channel(c.Tensor(x)), np.where(x > 0, x, w.reshape(3, 1, 1) * x))
+    assert_close(per_channel(c.Tensor(x[0, :, 0, 0])), np.where(x[0, :, 0, 0] > 0, x[0, :, 0, 0], w * x[0, :, 0, 0]))
     with pytest.raises(ShapeError, match=r"prelu: 3 slopes for an input of shape \(2, 4\)"):
         per_channel(c.randn((2, 4)))
     gradcheck(nn.PReLU(3), x[:1, :, :2, :2].astype(np.float64) + 0.05)  # away from the kink at 0
@@ -212,10 +212,10 @@ def test_prelu():
 def test_softmax_modules():
     x = rng().standard_normal((2, 3, 4))
     for dim in (0, 1, -1):
-        close(nn.Softmax(dim)(c.Tensor(x)), softmax(x, dim), 1e-12, 1e-12)
-        close(nn.LogSoftmax(dim)(c.Tensor(x)), np.log(softmax(x, dim)), 1e-12, 1e-12)
-    close(nn.Softmax()(c.Tensor(x)), softmax(x, 0), 1e-12, 1e-12)  # PyTorch's implicit dim: 0 for 3-d
-    close(nn.LogSoftmax()(c.Tensor(x[0])), np.log(softmax(x[0], 1)), 1e-12, 1e-12)  # and 1 for 2-d
+        assert_close(nn.Softmax(dim)(c.Tensor(x)), softmax(x, dim), 1e-12, 1e-12)
+        assert_close(nn.LogSoftmax(dim)(c.Tensor(x)), np.log(softmax(x, dim)), 1e-12, 1e-12)
+    assert_close(nn.Softmax()(c.Tensor(x)), softmax(x, 0), 1e-12, 1e-12)  # PyTorch's implicit dim: 0 for 3-d
+    assert_close(nn.LogSoftmax()(c.Tensor(x[0])), np.log(softmax(x[0], 1)), 1e-12, 1e-12)  # and 1 for 2-d
     gradcheck(nn.LogSoftmax(1), x[:1])
     gradcheck(nn.Softmax(-1), x[:1])
 
@@ -254,16 +254,16 @@ def test_cells_match_reference(bias):
     pl, pg = randomize(lstm, 2), randomize(gru, 3)
     h1, c1 = lstm(c.Tensor(x.astype(np.float32)), (c.Tensor(h.astype(np.float32)), c.Tensor(cs.astype(np.float32))))
     eh, ec = lstm_cell_ref(x, h, cs, pl)
-    close(h1, eh)
-    close(c1, ec)
-    close(gru(c.Tensor(x.astype(np.float32)), c.Tensor(h.astype(np.float32))), gru_cell_ref(x, h, pg))
+    assert_close(h1, eh)
+    assert_close(c1, ec)
+    assert_close(gru(c.Tensor(x.astype(np.float32)), c.Tensor(h.astype(np.float32))), gru_cell_ref(x, h, pg))
     zeros = np.zeros((3, 7))
-    close(lstm(c.Tensor(x.astype(np.float32)))[0], lstm_cell_ref(x, zeros, zeros, pl)[0])  # no hx: zeros
-    close(gru(c.Tensor(x[0].astype(np.float32))), gru_cell_ref(x[:1], zeros[:1], pg)[0])  # unbatched
+    assert_close(lstm(c.Tensor(x.astype(np.float32)))[0], lstm_cell_ref(x, zeros, zeros, pl)[0])  # no hx: zeros
+    assert_close(gru(c.Tensor(x[0].astype(np.float32))), gru_cell_ref(x[:1], zeros[:1], pg)[0])  # unbatched
     h1, c1 = lstm(c.Tensor(x[0].astype(np.float32)), (c.Tensor(h[0].astype(np.float32)),
                                                         c.Tensor(cs[0].astype(np.float32))))
     assert h1.shape == c1.shape == (7,)
-    close(c1, lstm_cell_ref(x[:1], h[:1], cs[:1], pl)[1][0])
+    assert_close(c1, lstm_cell_ref(x[:1], h[:1], cs[:1], pl)[1][0])
 
 
 def test_cell_errors_and_gradients():
@@ -309,8 +309,8 @@ def test_gru_multi_layer_bidirectional(layers, bidirectional, batch_first):
     expected, hn = gru_ref(x, h0, p, layers, directions)
     xin = x.transpose(1, 0, 2) if batch_first else x
     out, h = gru(c.Tensor(xin.astype(np.float32)), c.Tensor(h0.astype(np.float32)))
-    close(out, expected.transpose(1, 0, 2) if batch_first else expected)
-    close(h, hn)
+    assert_close(out, expected.transpose(1, 0, 2) if batch_first else expected)
+    assert_close(h, hn)
     gradcheck(nn.GRU(2, 2, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first),
               r.standard_normal((2, 3, 2)))
 
@@ -381,12 +381,12 @@ def test_multihead_self_attention(batch_first, masks):
     kwargs = dict(key_padding_mask=None if kpm is None else c.Tensor(kpm),
                   attn_mask=None if am is None else (c.Tensor(am) if am.dtype == np.uint8 else f32(am)))
     out, w = mha(t, t, t, **kwargs)
-    close(out, seq_major(expected, batch_first))
-    close(w, weights)
+    assert_close(out, seq_major(expected, batch_first))
+    assert_close(w, weights)
     out, w = mha(t, t, t, need_weights=False, **kwargs)  # the fused path
     assert w is None
-    close(out, seq_major(expected, batch_first))
-    close(mha(t, t, t, average_attn_weights=False, **kwargs)[1], per_head)
+    assert_close(out, seq_major(expected, batch_first))
+    assert_close(mha(t, t, t, average_attn_weights=False, **kwargs)[1], per_head)
 
 
 def test_multihead_cross_attention_kdim_vdim_bias_kv_zero_attn_unbatched():
@@ -402,13 +402,13 @@ def test_multihead_cross_attention_kdim_vdim_bias_kv_zero_attn_unbatched():
     kpm[1, :] = 1  # every given key ignored: bias_k and the zero key remain
     expected, weights = mha_ref(q, k, v, p, heads, kpm, bias_kv=True, zero_attn=True)
     out, w = mha(f32(q), f32(k), f32(v), key_padding_mask=c.Tensor(kpm))
-    close(out, expected)
-    close(w, weights)
+    assert_close(out, expected)
+    assert_close(w, weights)
     assert w.shape == (2, 3, 7)
     out, w = mha(f32(q[0]), f32(k[0]), f32(v[0]), attn_mask=c.Tensor(np.zeros((3, 5), np.uint8)))  # unbatched
     expected, weights = mha_ref(q[:1], k[:1], v[:1], p, heads, bias_kv=True, zero_attn=True)
-    close(out, expected[0])
-    close(w, weights[0])
+    assert_close(out, expected[0])
+    assert_close(w, weights[0])
 
 
 def test_multihead_attention_parameters_and_errors():
@@ -446,19 +446,19 @@ def test_multihead_attention_dropout_and_gradients():
     x = c.randn((3, 2, 4))
     mha.eval()
     a, kept = mha(x, x, x, average_attn_weights=False)
-    close(mha(x, x, x, need_weights=False)[0], a.numpy())  # no dropout in eval
+    assert_close(mha(x, x, x, need_weights=False)[0], a.numpy())  # no dropout in eval
     mha.train()
     c.manual_seed(0)
     out, w = mha(x, x, x, average_attn_weights=False)
     assert not np.allclose(out.numpy(), a.numpy())
     dropped = w.numpy() == 0
     assert dropped.any() and not dropped.all()
-    close(w.numpy()[~dropped], 2 * kept.numpy()[~dropped])  # the kept weights scaled by 1 / (1 - p)
+    assert_close(w.numpy()[~dropped], 2 * kept.numpy()[~dropped])  # the kept weights scaled by 1 / (1 - p)
     kpm = c.Tensor(np.array([[1, 1, 1], [0, 1, 0]], np.uint8))  # the first sequence has no key left
     mha.eval()
     for need_weights in (True, False):
         out, w = mha(x, x, x, key_padding_mask=kpm, need_weights=need_weights)
-        close(out[:, 0], np.broadcast_to(mha.out_proj.bias.numpy(), (3, 4)))  # zero attention, then out_proj
+        assert_close(out[:, 0], np.broadcast_to(mha.out_proj.bias.numpy(), (3, 4)))  # zero attention, then out_proj
         assert not np.isnan(out.numpy()).any()
     r = rng(11)
     q, k = r.standard_normal((2, 1, 4)), r.standard_normal((3, 1, 4))
@@ -507,11 +507,11 @@ def test_transformer_encoder_layer(norm_first, activation, batch_first):
     x = r.standard_normal((2, 5, 6))
     kpm = np.array([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], np.uint8)
     am = np.triu(np.ones((5, 5), np.uint8), 1)
-    close(layer(f32(seq_major(x, batch_first))), seq_major(encoder_ref(x, p, 2, norm_first, activation), batch_first))
+    assert_close(layer(f32(seq_major(x, batch_first))), seq_major(encoder_ref(x, p, 2, norm_first, activation), batch_first))
     got = layer(f32(seq_major(x, batch_first)), src_mask=c.Tensor(am), src_key_padding_mask=c.Tensor(kpm),
                 is_causal=True)
-    close(got, seq_major(encoder_ref(x, p, 2, norm_first, activation, kpm, am), batch_first))
-    close(layer(f32(x[0])), encoder_ref(x[:1], p, 2, norm_first, activation)[0])  # unbatched
+    assert_close(got, seq_major(encoder_ref(x, p, 2, norm_first, activation, kpm, am), batch_first))
+    assert_close(layer(f32(x[0])), encoder_ref(x[:1], p, 2, norm_first, activation)[0])  # unbatched
 
 
 def test_transformer_encoder_layer_state_dropout_and_gradients():
@@ -577,6 +577,6 @@ def test_var_builder_construction():
     state = randomize(nn.GRUCell(3, 4), 18)
     checkpoint = {"gru." + k: c.Tensor(v) for k, v in state.items()}
     cell = nn.GRUCell(3, 4, vb=nn.VarBuilder.from_tensors(checkpoint).pp("gru"))
-    close(cell.weight_hh, state["weight_hh"])
+    assert_close(cell.weight_hh, state["weight_hh"])
     prelu = nn.PReLU(2, vb=nn.VarBuilder.from_varmap(nn.VarMap()))
-    close(prelu.weight, [0.25, 0.25])
+    assert_close(prelu.weight, [0.25, 0.25])

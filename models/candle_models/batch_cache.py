@@ -16,6 +16,8 @@ import candle_api as c
 from candle_api.errors import ArgumentError
 from candle_api.ops.shape import copy_into
 
+from .decoder import visible_keys
+
 
 class BatchKVCache:
     """Keys and values of up to ``max_batch`` sequences; the buffers grow by doubling, in rows and in
@@ -32,6 +34,7 @@ class BatchKVCache:
         self.keys: list = []
         self.values: list = []
         self._masks: dict = {}  # this step's attention masks, one per window
+        self._end = 0  # this step's positions: the longest row's, its new token included
 
     @property
     def batch(self) -> int:
@@ -91,10 +94,10 @@ class BatchKVCache:
         """Makes room for this step's token in every row; returns each row's position."""
         if not self.lengths:
             raise ArgumentError("the batch is empty")
-        end = max(self.lengths) + 1
-        if end > self.max_length:
+        self._end = max(self.lengths) + 1
+        if self._end > self.max_length:
             raise ArgumentError(f"a sequence would pass the context length of {self.max_length}")
-        self._reserve(self.batch, end)
+        self._reserve(self.batch, self._end)
         self._masks = {}
         return list(self.lengths)
 
@@ -105,21 +108,18 @@ class BatchKVCache:
         for row, n in enumerate(self.lengths):
             copy_into(keys, keys._layout.narrow(0, row, 1).narrow(2, n, 1), k.narrow(0, row, 1))
             copy_into(values, values._layout.narrow(0, row, 1).narrow(2, n, 1), v.narrow(0, row, 1))
-        end = max(self.lengths) + 1
-        return keys.narrow(0, 0, self.batch).narrow(2, 0, end), values.narrow(0, 0, self.batch).narrow(2, 0, end)
+        b, end = self.batch, self._end
+        return keys.narrow(0, 0, b).narrow(2, 0, end), values.narrow(0, 0, b).narrow(2, 0, end)
 
     def mask(self, window: int | None) -> c.Tensor | None:
         """u8 (batch, 1, 1, longest + 1): row i sees positions j <= lengths[i] (the last ``window``);
         None when every row sees every position (rows of one length, no window cutting in)."""
         if window not in self._masks:
-            pos = np.asarray(self.lengths)[:, None]
-            if pos.min() == pos.max() and (window is None or window > pos.max()):
+            hi = self._end - 1
+            if min(self.lengths) == hi and (window is None or window > hi):
                 self._masks[window] = None
                 return None
-            keys = np.arange(pos.max() + 1)[None, :]
-            keep = keys <= pos
-            if window is not None:
-                keep &= pos - keys < window
+            keep = visible_keys(self.lengths, self._end, window)
             self._masks[window] = c.from_numpy(keep.astype(np.uint8)[:, None, None, :]).to_device(self.device)
         return self._masks[window]
 

@@ -1,16 +1,20 @@
 """What the causal language models share around their layers: the KV cache,
-the ids they take, the context check, and the positions whose logits they
-compute. Each family subclasses :class:`DecoderLM` and says which weight its
+the ids they take, the context check, which keys each query sees, and the
+positions whose logits they compute. Each family subclasses :class:`DecoderLM` and says which weight its
 activations follow (``_anchor``). A config gives the cache its shape through
 ``num_hidden_layers``, ``num_key_value_heads``, ``head_dim`` and
 ``context_length``."""
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
+
 import candle_api as c
+from candle_api import functional as F
 from candle_api import nn
 from candle_api.errors import ArgumentError
-
 from candle_api.ops.shape import copy_into
 
 
@@ -53,6 +57,33 @@ class KVCache:
         self.length += t
 
 
+def visible_keys(positions, n_keys: int, window: int | None = None) -> np.ndarray:
+    """bool (len(positions), n_keys): the query at each position sees key j when j <= its position
+    and, with a window, its position - j < window."""
+    pos = np.asarray(positions)[:, None]
+    keys = np.arange(n_keys)[None, :]
+    keep = keys <= pos
+    if window is not None:
+        keep &= pos - keys < window
+    return keep
+
+
+def attention_mask(q_len: int, offset: int, window: int | None, device) -> c.Tensor:
+    """u8 (q_len, offset + q_len): what the new positions offset .. offset + q_len - 1 see."""
+    keep = visible_keys(np.arange(offset, offset + q_len), offset + q_len, window)
+    return c.from_numpy(keep.astype(np.uint8)).to_device(device)
+
+
+def causal_attention(q: c.Tensor, k: c.Tensor, v: c.Tensor, **options) -> c.Tensor:
+    """Attention of q's new positions over the keys (the cached ones, then theirs): one query sees every
+    key, a prompt alone is causal, and new positions after cached ones take a mask. ``options`` go to
+    scaled_dot_product_attention."""
+    t, s = q.shape[2], k.shape[2]
+    if t == 1 or s == t:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, **options)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask(t, s - t, None, q.device), **options)
+
+
 def prepare(model, input_ids, cache) -> tuple[c.Tensor, int, int]:
     """(ids as a (batch, seq) tensor on the model's device, seq, the cached positions before them),
     refusing a forward that would pass the context length."""
@@ -92,3 +123,17 @@ class DecoderLM(nn.Module):
 
     def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
         return KVCache(self.config, batch, capacity, self.dtype, self.device)
+
+    @classmethod
+    def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,
+                        revision: str | None = None):
+        """From a folder with config.json and safetensors (or PyTorch) weights, or a Hugging Face repo id;
+        ``dtype`` None loads f32. ``progress`` advances once per layer built."""
+        from .pretrained import load_folder
+
+        _, cfg, vb = load_folder(repo_or_path, dtype or "f32", device, revision)
+        config = cls.config_class.from_dict(cfg)
+        if progress is not None:
+            progress.total = config.num_hidden_layers
+        with c.no_grad():
+            return cls(config, vb, progress).eval()

@@ -10,17 +10,14 @@ It takes the Llama family's calls and ``KVCache``, so ``generate_ids`` and
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-
-import numpy as np
 
 import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
 
-from .decoder import DecoderLM, finish, prepare
-from .llama import KVCache, TransposedLinear
+from .decoder import DecoderLM, KVCache, causal_attention, finish, prepare
+from .llama import TransposedLinear
 from .rope import RotaryEmbedding
 
 
@@ -109,14 +106,7 @@ class FalconAttention(nn.Module):
         q, k = F.rope(q.contiguous(), cos, sin), F.rope(k.contiguous(), cos, sin)
         if cache is not None:
             k, v = cache.update(layer, k, v)
-        s = k.shape[2]
-        gqa = self.kv_heads != self.heads
-        if t == 1 or s == t:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=gqa)
-        else:  # new positions after cached ones: each sees the cache and the new ones up to itself
-            keep = np.arange(s)[None, :] <= np.arange(s - t, s)[:, None]
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=c.from_numpy(keep.astype(np.uint8)).to_device(
-                x.device), enable_gqa=gqa)
+        y = causal_attention(q, k, v, enable_gqa=self.kv_heads != self.heads)
         return self.dense(y.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
 
 
@@ -145,6 +135,7 @@ class FalconDecoderLayer(nn.Module):
 
 
 class FalconForCausalLM(DecoderLM):
+    config_class = FalconConfig
 
     def __init__(self, config: FalconConfig, vb: nn.VarBuilder, progress=None):
         super().__init__()
@@ -173,15 +164,3 @@ class FalconForCausalLM(DecoderLM):
         for i, layer in enumerate(self.h):
             x = layer(x, cos, sin, cache, i)
         return self.lm_head(self.ln_f(finish(x, cache, t, last_only)))
-
-    @classmethod
-    def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,
-                        revision: str | None = None) -> "FalconForCausalLM":
-        from .pretrained import load_folder
-
-        _, cfg, vb = load_folder(repo_or_path, dtype or "f32", device, revision)
-        config = FalconConfig.from_dict(cfg)
-        if progress is not None:
-            progress.total = config.num_hidden_layers
-        with c.no_grad():
-            return cls(config, vb, progress).eval()

@@ -9,17 +9,13 @@ the Llama family, so ``generate_ids`` and ``candle generate`` run it."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-
-import numpy as np
 
 import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
 
-from .decoder import DecoderLM, finish, prepare
-from .llama import KVCache
+from .decoder import DecoderLM, KVCache, causal_attention, finish, prepare
 
 
 @dataclass(frozen=True)
@@ -95,15 +91,7 @@ class GPT2Attention(nn.Module):
         q, k, v = qkv.narrow(1, 0, h), qkv.narrow(1, h, h), qkv.narrow(1, 2 * h, h)
         if cache is not None:
             k, v = cache.update(layer, k, v)
-        s = k.shape[2]
-        if t == 1:
-            y = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
-        elif s == t:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
-        else:  # new positions after cached ones: each sees the cache and the new ones up to itself
-            keep = np.arange(s)[None, :] <= np.arange(s - t, s)[:, None]
-            mask = c.from_numpy(keep.astype(np.uint8)).to_device(x.device)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+        y = causal_attention(q, k, v, scale=self.scale)
         return self.c_proj(y.transpose(1, 2).reshape(b, t, h * self.head_dim))
 
 
@@ -123,6 +111,7 @@ class GPT2Block(nn.Module):
 
 
 class GPT2LMHeadModel(DecoderLM):
+    config_class = GPT2Config
 
     def __init__(self, config: GPT2Config, vb: nn.VarBuilder, progress=None):
         super().__init__()
@@ -150,15 +139,3 @@ class GPT2LMHeadModel(DecoderLM):
         for i, block in enumerate(self.h):
             x = block(x, cache, i)
         return self.ln_f(finish(x, cache, t, last_only)).matmul(self.head_t)
-
-    @classmethod
-    def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,
-                        revision: str | None = None) -> "GPT2LMHeadModel":
-        from .pretrained import load_folder
-
-        _, cfg, vb = load_folder(repo_or_path, dtype or "f32", device, revision)
-        config = GPT2Config.from_dict(cfg)
-        if progress is not None:
-            progress.total = config.n_layer
-        with c.no_grad():
-            return cls(config, vb, progress).eval()

@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import numpy as np
-
 import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
@@ -23,7 +21,7 @@ from candle_api.errors import ShapeError
 from candle_api.quantized import QTensor
 
 from .batch_cache import BatchKVCache
-from .decoder import DecoderLM, KVCache, finish, prepare
+from .decoder import DecoderLM, KVCache, attention_mask, finish, prepare
 from .rope import ROPE_TYPES, RotaryEmbedding
 
 #: config.json ``model_type``s this module runs.
@@ -183,17 +181,6 @@ def _fused_rows(weights: list) -> list:
     return [g[0] if len(g) == 1 else QTensor.cat_rows(g) for g in groups]
 
 
-def _attention_mask(q_len: int, offset: int, window: int | None, device) -> c.Tensor:
-    """u8 (q_len, offset + q_len): query i (at position offset + i) sees key j
-    when j <= offset + i and, with a window, offset + i - j < window."""
-    pos = np.arange(offset, offset + q_len)[:, None]
-    keys = np.arange(offset + q_len)[None, :]
-    keep = keys <= pos
-    if window is not None:
-        keep &= pos - keys < window
-    return c.from_numpy(keep.astype(np.uint8)).to_device(device)
-
-
 class LlamaAttention(nn.Module):
     def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, window: int | None):
         super().__init__()
@@ -242,7 +229,7 @@ class LlamaAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).transpose(1, 2)
         else:
             if self.window not in masks:
-                masks[self.window] = _attention_mask(t, s - t, self.window, x.device)
+                masks[self.window] = attention_mask(t, s - t, self.window, x.device)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=masks[self.window], enable_gqa=True)
             y = y.transpose(1, 2)
         return self.o_proj(y.reshape(b, t, h * self.head_dim))

@@ -133,13 +133,9 @@ class SentenceEmbedder:
 
     def tokenize(self, texts) -> tuple[np.ndarray, np.ndarray]:
         """Token ids and attention mask (batch, longest text), padded on the right."""
-        return self._pad(self._encode(texts))
+        return self._pad(self.encode(texts))
 
-    def token_counts(self, texts) -> list[int]:
-        """How many tokens of each text the model reads (after truncation)."""
-        return [len(ids) for ids in self._encode(texts)]
-
-    def _encode(self, texts) -> list[list[int]]:
+    def encode(self, texts) -> list[list[int]]:
         """The token ids of each text (truncated to the model's max_seq_length)."""
         texts = [check_text(text, f"texts[{i}]") for i, text in enumerate(texts)]
         return [e.ids for e in self.tokenizer.encode_batch(texts)]
@@ -157,17 +153,20 @@ class SentenceEmbedder:
         """Vectors (len(texts), dimension) in f32, in the order of ``texts``.
         Texts are batched longest first, so a batch holds texts of similar
         lengths and little padding; ``progress`` shows a bar on a terminal."""
-        if isinstance(texts, str):
-            texts = [texts]
+        return self.embed_ids(self.encode([texts] if isinstance(texts, str) else texts), batch_size, normalize,
+                              progress)
+
+    def embed_ids(self, sequences, batch_size: int = 32, normalize: bool = True, progress: bool = False) -> c.Tensor:
+        """:meth:`embed` for texts already tokenized by :meth:`encode` (so a caller that also needs the
+        token counts tokenizes once)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        if not texts:
+        if not sequences:
             return c.zeros((0, self.dimension))
-        sequences = self._encode(texts)
         order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))
         device = self.model.embeddings.word_embeddings.weight.device
         chunks = []
-        with c.no_grad(), Progress(len(texts), "embedding", enabled=None if progress else False) as bar:
+        with c.no_grad(), Progress(len(sequences), "embedding", enabled=None if progress else False) as bar:
             for start in range(0, len(order), batch_size):
                 ids, mask = self._pad([sequences[i] for i in order[start:start + batch_size]])
                 mask = c.from_numpy(mask).to_device(device)

@@ -100,14 +100,17 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     return _error(p.ApiError(500, "internal error: the server failed on this request (its log says why)"))
 
 
+def _in_loop(loop: asyncio.AbstractEventLoop, fn, *args) -> None:
+    """Calls ``fn(*args)`` in the event loop, from the worker thread."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the loop has closed: the server is gone, nobody waits for the result
+        pass
+
+
 def _emitter(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue):
     """A callback for the worker thread that puts its events on ``queue`` in the event loop."""
-    def emit(*event):
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, event)
-        except RuntimeError:  # the loop has closed: the server is gone, nobody waits for the event
-            pass
-    return emit
+    return lambda *event: _in_loop(loop, queue.put_nowait, event)
 
 
 async def _watch_disconnect(receive, gen: Generation, queue: asyncio.Queue) -> None:
@@ -237,17 +240,12 @@ class Endpoints:
         loop = asyncio.get_running_loop()
         result = loop.create_future()
 
-        def done(value):  # on the worker thread
-            def settle():
-                if not result.done():
-                    (result.set_exception if isinstance(value, Exception) else result.set_result)(value)
-            try:
-                loop.call_soon_threadsafe(settle)
-            except RuntimeError:  # the loop has closed
-                pass
+        def settle(value):
+            if not result.done():
+                (result.set_exception if isinstance(value, Exception) else result.set_result)(value)
 
         try:
-            self.engine.embed(EmbeddingJob(texts, done))
+            self.engine.embed(EmbeddingJob(texts, lambda value: _in_loop(loop, settle, value)))
             vectors, counts = await result
         except Exception as exc:  # Stopped, or the embedder failed
             raise _engine_failure(exc) from None

@@ -200,8 +200,9 @@ class Engine:
     def _embed(self, jobs: list) -> None:
         texts = [t for job in jobs for t in job.texts]
         try:
-            vectors = self.embedder.embed(texts, batch_size=self.embed_batch).numpy()
-            counts = self.embedder.token_counts(texts)
+            sequences = self.embedder.encode(texts)
+            vectors = self.embedder.embed_ids(sequences, batch_size=self.embed_batch).numpy()
+            counts = [len(ids) for ids in sequences]
         except Exception as exc:  # each job gets the failure; the worker goes on
             for job in jobs:
                 job.done(exc)
