@@ -1,0 +1,35 @@
+"""Checks that must raise before a kernel runs: integer division by zero,
+negative integer exponents, indices outside their dimension. The GPU cannot
+raise, so the values are read back (a small copy) and checked here, with the
+messages every backend gives."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from candle_api.errors import IndexOutOfRangeError, KernelError
+
+
+def values(storage, layout, dtype) -> np.ndarray:
+    return storage.device.to_numpy(storage, layout, dtype)
+
+
+def check_nonzero(storage, layout, dtype) -> None:
+    if not values(storage, layout, dtype).all():
+        raise KernelError("integer division by zero")
+
+
+def check_nonnegative(storage, layout, dtype) -> None:
+    if (values(storage, layout, dtype) < 0).any():
+        raise KernelError("integers to negative integer powers are not allowed")
+
+
+def indices(op: str, storage, layout, dtype, size: int) -> np.ndarray:
+    """The indices as int64, each checked to lie in [0, size)."""
+    ids = values(storage, layout, dtype).astype(np.int64)
+    bad = np.flatnonzero((ids < 0) | (ids >= size))
+    if bad.size:
+        pos = int(bad[0])
+        raise IndexOutOfRangeError(f"{op}: index {ids.flat[pos]} (at position {pos}) is out of range for a "
+                                   f"dimension of size {size}")
+    return ids

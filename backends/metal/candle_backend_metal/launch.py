@@ -1,0 +1,97 @@
+"""What every kernel does on the host: merge the dims of its layouts, pack
+the parameter block, bind its storages, pick its pipeline, dispatch.
+
+Bindings are windows: a storage is bound from the aligned start of the
+bytes its layout reaches to their end, and the layout's offset is made
+relative to that start. A storage larger than the adapter's binding limit
+(128 MiB by default in WebGPU; the device asks for the adapter's maximum)
+is then still bound when the view a kernel reads fits the limit;
+family-specific code splits the work when it does not (see windows()).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from candle_api.errors import DeviceError
+from candle_api.layout import Layout
+
+from .gpu import align
+from .shaders import WG
+
+
+def merge(shape: tuple, strides: list[tuple]) -> tuple[tuple, list[tuple]]:
+    """The same elements in the fewest dims: size-1 dims dropped, and a dim
+    folded into the next when every layout steps over it contiguously."""
+    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
+    out: list = []
+    for n, ss in dims:
+        if out and all(prev == s * n for prev, s in zip(out[-1][1], ss)):
+            out[-1] = (out[-1][0] * n, ss)
+        else:
+            out.append((n, ss))
+    if not out:
+        return (), [() for _ in strides]
+    new_shape = tuple(n for n, _ in out)
+    return new_shape, [tuple(ss[k] for _, ss in out) for k in range(len(strides))]
+
+
+def contiguous_all(shape: tuple, strides: list[tuple]) -> bool:
+    """True when, merged, every layout reads its elements in order (rank <= 1, stride 1)."""
+    return len(shape) == 0 or (len(shape) == 1 and all(s == (1,) for s in strides))
+
+
+def span(layout: Layout) -> tuple[int, int]:
+    """The lowest and highest element offsets of a non-empty layout."""
+    lo = hi = layout.offset
+    for n, s in zip(layout.shape, layout.strides):
+        if s > 0:
+            hi += (n - 1) * s
+        else:
+            lo += (n - 1) * s
+    return lo, hi
+
+
+def bind(gpu, storage, layout: Layout | None, itemsize: int):
+    """((buffer, byte offset, byte size), element shift) binding the bytes
+    layout reaches in storage (the whole storage for layout None); subtract
+    the shift from the layout's offset."""
+    if layout is None or layout.numel == 0:
+        size = align(max(storage.nbytes, 4), 4)
+        if size > gpu.max_binding:
+            raise DeviceError(f"wgpu: a {storage.nbytes}-byte tensor exceeds the adapter's largest binding "
+                              f"({gpu.max_binding} bytes) for this kernel")
+        return (storage.buffer, 0, min(size, storage.capacity)), 0
+    lo, hi = span(layout)
+    start = (lo * itemsize) // gpu.offset_align * gpu.offset_align
+    end = align((hi + 1) * itemsize, 4)
+    if end - start > gpu.max_binding:
+        raise DeviceError(f"wgpu: a view of {end - start} bytes exceeds the adapter's largest binding "
+                          f"({gpu.max_binding} bytes) for this kernel")
+    if start == 0 and storage.capacity <= gpu.max_binding:
+        return (storage.buffer, 0, 0), 0
+    return (storage.buffer, start, end - start), start // itemsize
+
+
+def pack(*values) -> np.ndarray:
+    """The parameter block: ints wrapped into u32 (negative strides become
+    two's complement), floats as f32 bits."""
+    out = np.empty(len(values), np.uint32)
+    for i, v in enumerate(values):
+        if isinstance(v, float):
+            out[i] = np.float32(v).view(np.uint32)
+        else:
+            out[i] = int(v) & 0xFFFFFFFF
+    return out
+
+
+def layout_words(layout: Layout, shift: int = 0) -> list[int]:
+    """offset, then strides: a layout's part of a parameter block."""
+    return [layout.offset - shift, *layout.strides]
+
+
+def run(gpu, key, access: str, source, buffers: list, params, threads: int) -> None:
+    """Dispatches pipeline key (compiled from source() on first use) over
+    threads threads of one-dimensional workgroups."""
+    pipe = gpu.pipeline(key, access, source)
+    gpu.dispatch(pipe, buffers, params, max(1, -(-threads // WG)))

@@ -1,0 +1,88 @@
+"""Strided copy and fill, in place on any layout of the destination, and the
+contiguous copy other kernels take of an input they cannot read strided.
+
+Both move bits only: their pipelines are keyed by element width (8, 16, 32
+or 64 bits), not by dtype. A destination narrower than a word is written
+through atomics (shaders.writer), since a strided view may share its words
+with elements it does not own.
+"""
+
+from __future__ import annotations
+
+from candle_api.layout import Layout
+
+from . import shaders as S
+from .launch import bind, merge, pack, run
+
+
+def copy_kernel(dtype):
+    raw = S.raw_dtype(dtype)
+
+    def kernel(dst, ldst, src, lsrc):
+        strided_copy(dst, ldst, src, lsrc, raw)
+
+    return kernel
+
+
+def strided_copy(dst, ldst: Layout, src, lsrc: Layout, raw: str) -> None:
+    gpu = dst.device.gpu
+    if src.buffer == dst.buffer:  # one buffer may not be bound for reading and writing at once
+        src, lsrc = contiguous(src, lsrc, raw), Layout.contig(lsrc.shape)
+    shape, (sd, ss) = merge(ldst.shape, [ldst.strides, lsrc.strides])
+    rank = len(shape)
+    isz = S.bits(raw) // 8
+    bd, shift_d = bind(gpu, dst, ldst, isz)
+    bs, shift_s = bind(gpu, src, lsrc, isz)
+    words = [ldst.numel, rank, *shape, ldst.offset - shift_d, *sd, lsrc.offset - shift_s, *ss]
+    run(gpu, ("copy", raw), "wr", lambda: _copy_source(raw), [bd, bs], pack(*words), ldst.numel)
+
+
+def _copy_source(raw: str) -> str:
+    return f"""{S.library(*S.arith(raw))}
+{S.params(2)}{S.AT}
+{S.writer("o", 0, raw)}{S.reader("x", 1, raw)}
+{S.ENTRY}  let rank = P[1];
+  if (u >= P[0]) {{ return; }}
+  let d = at(u, 2u + rank, 2u, rank);
+  let s = at(u, 3u + 2u * rank, 2u, rank);
+  o_st(d, x_ld(s));
+}}
+"""
+
+
+def fill_kernel(dtype):
+    raw = S.raw_dtype(dtype)
+
+    def kernel(dst, ldst, value):
+        gpu = dst.device.gpu
+        shape, (sd,) = merge(ldst.shape, [ldst.strides])
+        rank = len(shape)
+        bits = int.from_bytes(bytes(value), "little")
+        bd, shift = bind(gpu, dst, ldst, S.bits(raw) // 8)
+        words = [ldst.numel, rank, bits & 0xFFFFFFFF, bits >> 32, *shape, ldst.offset - shift, *sd]
+        run(gpu, ("fill", raw), "w", lambda: _fill_source(raw), [bd], pack(*words), ldst.numel)
+
+    return kernel
+
+
+def _fill_source(raw: str) -> str:
+    value = {"u": "P[2]", "i": "bitcast<i32>(P[2])", "l": "vec2<u32>(P[2], P[3])"}[S.kind(raw)]
+    return f"""{S.library(*S.arith(raw))}
+{S.params(1)}{S.AT}
+{S.writer("o", 0, raw)}
+{S.ENTRY}  let rank = P[1];
+  if (u >= P[0]) {{ return; }}
+  o_st(at(u, 4u + rank, 4u, rank), {value});
+}}
+"""
+
+
+def contiguous(storage, layout: Layout, dtype):
+    """A new storage holding layout's elements in order."""
+    raw = S.raw_dtype(dtype)
+    out = storage.device.alloc(layout.numel * S.bits(raw) // 8)
+    strided_copy(out, Layout.contig(layout.shape), storage, layout, raw)
+    return out
+
+
+KERNELS = {"copy": copy_kernel, "fill": fill_kernel}
