@@ -14,10 +14,11 @@ tables below; the functions it calls live in ``wgsl/*.wgsl``.
 from __future__ import annotations
 
 from candle_api.dtype import get_dtype, u8
+from candle_api.layout import Layout
 
 from . import shaders as S
 from .hostcheck import check_nonzero, check_nonnegative
-from .launch import bind, contiguous_all, merge, pack, run
+from .launch import bind, contiguous_all, merge, narrow_rows, pack, row_chunks
 
 #: The parameter block: n, rank, four scalar words, the shape, then per input its offset and strides.
 SCALARS = 2
@@ -27,25 +28,28 @@ SHAPE = 6
 def map_kernel(op: str, out, out_dtype, inputs: list, expr: str, libs: tuple, scalars=(0, 0, 0, 0)) -> None:
     """out (contiguous, out_dtype) = expr of the inputs [(storage, layout, dtype)],
     named a, b, c in expr; p0f/p1f (f32) and p0/p1 (raw words, p0l/p1l as i64)
-    are the scalars."""
+    are the scalars. Tensors beyond the adapter's binding limit run in row chunks."""
     gpu = out.device.gpu
-    shape = inputs[0][1].shape
-    n = 1
-    for d in shape:
-        n *= d
-    mshape, mstrides = merge(shape, [lay.strides for _, lay, _ in inputs])
+    mshape, mstrides = merge(inputs[0][1].shape, [lay.strides for _, lay, _ in inputs])
     contig = contiguous_all(mshape, mstrides)
-    rank = len(mshape)
-    buffers = [bind(gpu, out, None, 1)[0]]
-    words = [n, rank, *scalars, *mshape]
-    for (storage, lay, dt), strides in zip(inputs, mstrides):
-        binding, shift = bind(gpu, storage, lay, dt.itemsize)
-        buffers.append(binding)
-        words += [lay.offset - shift, *strides]
     dtypes = tuple(str(dt) for _, _, dt in inputs)
     key = (op, str(out_dtype), dtypes, "contiguous" if contig else "strided")
-    run(gpu, key, "w" + "r" * len(inputs), lambda: _source(out_dtype, dtypes, expr, libs, contig), buffers,
-        pack(*words), S.units(out_dtype, n))
+    pipe = gpu.pipeline(key, "w" + "r" * len(inputs), lambda: _source(out_dtype, dtypes, expr, libs, contig))
+    row = 1
+    for d in mshape[1:]:
+        row *= d
+    for r0, r1 in row_chunks(gpu, mshape, [(st, dt.itemsize) for (_, _, dt), st in zip(inputs, mstrides)],
+                             out_dtype.itemsize):
+        n = (r1 - r0) * row
+        shape = (r1 - r0, *mshape[1:]) if mshape else ()
+        buffers = [bind(gpu, out, Layout((n,), (1,), r0 * row), out_dtype.itemsize)[0]]
+        words = [n, len(shape), *scalars, *shape]
+        for (storage, lay, dt), strides in zip(inputs, mstrides):
+            part = narrow_rows(lay, mshape, strides, r0, r1)
+            binding, shift = bind(gpu, storage, part, dt.itemsize)
+            buffers.append(binding)
+            words += [part.offset - shift, *strides]
+        gpu.dispatch(pipe, buffers, pack(*words), max(1, -(-S.units(out_dtype, n) // S.WG)))
 
 
 def _source(out_dtype, dtypes: tuple, expr: str, libs: tuple, contig: bool) -> str:

@@ -18,7 +18,7 @@ from candle_api.dtype import get_dtype
 
 from . import shaders as S
 from .hostcheck import indices
-from .launch import bind, pack, run
+from .launch import bind, fits, narrow_rows, pack, row_chunks, run
 
 
 def _id_of(ids_dtype) -> str:
@@ -26,10 +26,10 @@ def _id_of(ids_dtype) -> str:
     return {"u": "v", "i": "bitcast<u32>(v)", "l": "v.x"}[S.kind(ids_dtype)]
 
 
-def _head(value_dtype, ids_dtype, extra: str = "") -> str:
+def _head(value_dtype, ids_dtype, extra: str = "", scattered: bool = False) -> str:
     return f"""{S.library(*S.arith(value_dtype, ids_dtype))}
 {S.params(3 + bool(extra))}{S.AT}
-{S.writer("o", 0, value_dtype, scattered=False)}{S.reader("x", 1, value_dtype)}{S.reader("ids", 2, ids_dtype)}{extra}
+{S.writer("o", 0, value_dtype, scattered=scattered)}{S.reader("x", 1, value_dtype)}{S.reader("ids", 2, ids_dtype)}{extra}
 fn id_at(i: u32) -> u32 {{ let v = ids_ld(i); return {_id_of(ids_dtype)}; }}
 """
 
@@ -38,23 +38,34 @@ def _tail(value_dtype) -> str:
     return f"{S.ENTRY}  {S.store_units('o', value_dtype, 'value', 'P[0]')}\n}}\n"
 
 
-def _index_select_source(raw, ids_dtype) -> str:
-    # P: n, rank, dim, ids offset, ids stride, out shape, x offset, x strides
-    return _head(raw, ids_dtype) + f"""
-fn value(e: u32) -> {S.ctype(raw)} {{
+def _index_select_source(raw, ids_dtype, windowed: bool) -> str:
+    # P: n, rank, dim, ids offset, ids stride, first and end row of x's window, out shape, x offset, x strides
+    select = f"""
+fn src_at(e: u32) -> u32 {{
   let rank = P[1];
   let dim = P[2];
   var r = e;
-  var o = P[5u + rank];
+  var o = P[7u + rank];
   for (var d = rank; d > 0u; d--) {{
-    let s = P[4u + d];
+    let s = P[6u + d];
     let c = r % s;
     r /= s;
-    o += select(c, id_at(P[3] + c * P[4]), d - 1u == dim) * P[5u + rank + d];
+    o += select(c, id_at(P[3] + c * P[4]) - P[5], d - 1u == dim) * P[7u + rank + d];
   }}
-  return x_ld(o);
+  return o;
 }}
-""" + _tail(raw)
+"""
+    if not windowed:
+        return (_head(raw, ids_dtype, scattered=False) + select
+                + f"fn value(e: u32) -> {S.ctype(raw)} {{ return x_ld(src_at(e)); }}\n" + _tail(raw))
+    # a table beyond the binding limit, a window of its rows at a time: each pass writes the
+    # outputs whose index falls in its window (the row index is along dim 0)
+    return _head(raw, ids_dtype, scattered=True) + select + f"""{S.ENTRY}  if (u >= P[0]) {{ return; }}
+  let row = id_at(P[3] + (u / (P[0] / P[7u])) * P[4]);
+  if (row < P[5] || row >= P[6]) {{ return; }}
+  o_st(u, x_ld(src_at(u)));
+}}
+"""
 
 
 def index_select(dtype):
@@ -66,12 +77,20 @@ def index_select(dtype):
         shape = list(lx.shape)
         shape[dim] = lids.numel
         n = int(np.prod(shape))
-        bx, sx = bind(gpu, x, lx, raw.itemsize)
         bi, si = bind(gpu, ids, lids, ids_dtype.itemsize)
-        words = [n, len(shape), dim, lids.offset - si, lids.strides[0] if lids.strides else 0, *shape,
-                 lx.offset - sx, *lx.strides]
-        run(gpu, ("index_select", str(raw), str(ids_dtype)), "wrr", lambda: _index_select_source(raw, ids_dtype),
-            [bind(gpu, out, None, 1)[0], bx, bi], pack(*words), S.units(raw, n))
+        head = [n, len(shape), dim, lids.offset - si, lids.strides[0] if lids.strides else 0]
+        windows = [(0, lx.shape[0])]
+        if dim == 0 and not fits(gpu, lx, raw.itemsize):
+            windows = row_chunks(gpu, lx.shape, [(lx.strides, raw.itemsize)], 0)
+        windowed = len(windows) > 1
+        pipe = gpu.pipeline(("index_select", str(raw), str(ids_dtype), windowed), "wrr",
+                            lambda: _index_select_source(raw, ids_dtype, windowed))
+        for t0, t1 in windows:
+            part = narrow_rows(lx, lx.shape, lx.strides, t0, t1) if windowed else lx
+            bx, sx = bind(gpu, x, part, raw.itemsize)
+            words = [*head, t0 if windowed else 0, t1, *shape, part.offset - sx, *lx.strides]
+            gpu.dispatch(pipe, [bind(gpu, out, None, 1)[0], bx, bi], pack(*words),
+                         max(1, -(-(n if windowed else S.units(raw, n)) // S.WG)))
 
     return kernel
 

@@ -5,11 +5,13 @@ Bindings are windows: a storage is bound from the aligned start of the
 bytes its layout reaches to their end, and the layout's offset is made
 relative to that start. A storage larger than the adapter's binding limit
 (128 MiB by default in WebGPU; the device asks for the adapter's maximum)
-is then still bound when the view a kernel reads fits the limit;
-family-specific code splits the work when it does not (see windows()).
+is then still bound when the view a kernel reads fits the limit, and
+kernels split their work by rows when it does not (row_chunks).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -52,6 +54,14 @@ def span(layout: Layout) -> tuple[int, int]:
     return lo, hi
 
 
+def fits(gpu, layout: Layout, itemsize: int) -> bool:
+    """Whether the bytes layout reaches fit in one binding."""
+    if layout.numel == 0:
+        return True
+    lo, hi = span(layout)
+    return (hi - lo + 1) * itemsize + gpu.offset_align <= gpu.max_binding
+
+
 def bind(gpu, storage, layout: Layout | None, itemsize: int):
     """((buffer, byte offset, byte size), element shift) binding the bytes
     layout reaches in storage (the whole storage for layout None); subtract
@@ -71,6 +81,67 @@ def bind(gpu, storage, layout: Layout | None, itemsize: int):
     if start == 0 and storage.capacity <= gpu.max_binding:
         return (storage.buffer, 0, 0), 0
     return (storage.buffer, start, end - start), start // itemsize
+
+
+def row_chunks(gpu, shape: tuple, inputs: list[tuple[tuple, int]], out_itemsize: int) -> list[tuple[int, int]]:
+    """Ranges of dim 0 of a merged shape, each small enough that every binding
+    of a kernel over those rows fits the adapter's limit: one range, the
+    whole, when everything fits. inputs: (strides, itemsize) of each input;
+    the output is contiguous, and a range starts at a multiple of the
+    binding alignment in it (so that its narrow elements start a word)."""
+    rows = shape[0] if shape else 1
+    row = 1
+    for n in shape[1:]:
+        row *= n
+
+    def need(count: int) -> int:  # the largest binding for count rows
+        most = count * row * out_itemsize
+        for strides, isz in inputs:
+            extent = sum((n - 1) * abs(st) for n, st in zip(shape[1:], strides[1:])) + 1
+            if shape:
+                extent += (count - 1) * abs(strides[0])
+            most = max(most, extent * isz + gpu.offset_align)
+        return most
+
+    if need(rows) <= gpu.max_binding:
+        return [(0, rows)]
+    step = gpu.offset_align // math.gcd(row * out_itemsize, gpu.offset_align)  # rows per aligned start
+    count = step
+    while count * 2 <= rows and need(count * 2) <= gpu.max_binding:
+        count *= 2
+    if need(count) > gpu.max_binding:
+        raise DeviceError(f"wgpu: rows of {row * out_itemsize} bytes are too large to split under the adapter's "
+                          f"binding limit ({gpu.max_binding} bytes)")
+    return [(r, min(r + count, rows)) for r in range(0, rows, count)]
+
+
+def chunks_along(gpu, layout: Layout, dim: int, itemsize: int, multiple: int = 1) -> list[tuple[int, int]]:
+    """Ranges of layout's dim (starting at multiples of multiple) over which it
+    fits one binding: the whole dim when it fits already."""
+    size = layout.shape[dim]
+    if fits(gpu, layout, itemsize):
+        return [(0, size)]
+    count = multiple
+    while count * 2 <= size and fits(gpu, narrow(layout, dim, 0, count * 2), itemsize):
+        count *= 2
+    if not fits(gpu, narrow(layout, dim, 0, count), itemsize):
+        raise DeviceError(f"wgpu: a view of shape {layout.shape} cannot be split along dim {dim} under the "
+                          f"adapter's binding limit ({gpu.max_binding} bytes)")
+    return [(r, min(r + count, size)) for r in range(0, size, count)]
+
+
+def narrow(layout: Layout, dim: int, start: int, end: int) -> Layout:
+    """layout's elements start..end along dim."""
+    shape = list(layout.shape)
+    shape[dim] = end - start
+    return Layout(tuple(shape), layout.strides, layout.offset + start * layout.strides[dim])
+
+
+def narrow_rows(layout: Layout, shape: tuple, strides: tuple, r0: int, r1: int) -> Layout:
+    """Rows [r0, r1) of a merged view (shape, strides) of layout."""
+    if not shape:
+        return Layout((), (), layout.offset)
+    return Layout((r1 - r0, *shape[1:]), strides, layout.offset + r0 * strides[0])
 
 
 def pack(*values) -> np.ndarray:

@@ -19,7 +19,7 @@ batch dims are merged and walked by the third workgroup dimension.
 from __future__ import annotations
 
 from . import shaders as S
-from .launch import bind, merge, pack
+from .launch import bind, chunks_along, merge, narrow, pack
 
 TILE, TK = 64, 16
 
@@ -28,10 +28,10 @@ def _common(dtype) -> str:
     return f"""{S.library(*S.arith(dtype))}
 {S.params(3)}{S.AT}
 {S.writer("o", 0, dtype)}{S.reader("a", 1, dtype)}{S.reader("b", 2, dtype)}
-// P: m, n, k, batches, batch rank, a row stride, a k stride, b k stride, b column stride,
-//    batch shape, a offset, a batch strides, b offset, b batch strides
-fn a_base(z: u32) -> u32 {{ let r = P[4]; return at(z, 9u + r, 9u, r); }}
-fn b_base(z: u32) -> u32 {{ let r = P[4]; return at(z, 10u + 2u * r, 9u, r); }}
+// P: m, n, k, batches, batch rank, a row stride, a k stride, b k stride, b column stride, out row stride,
+//    out first column, batch shape, a offset, a batch strides, b offset, b batch strides
+fn a_base(z: u32) -> u32 {{ let r = P[4]; return at(z, 11u + r, 11u, r); }}
+fn b_base(z: u32) -> u32 {{ let r = P[4]; return at(z, 12u + 2u * r, 11u, r); }}
 """
 
 
@@ -100,7 +100,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let row = row0 + lid.y * 4u + i;
     for (var j = 0u; j < 4u; j++) {{
       let col = col0 + lid.x * 4u + j;
-      if (row < m && col < n) {{ o_st((z * m + row) * n + col, acc[i * 4u + j]); }}
+      if (row < m && col < n) {{ o_st((z * m + row) * P[9] + P[10] + col, acc[i * 4u + j]); }}
     }}
   }}
 }}
@@ -137,7 +137,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     if (lid.x < s) {{ part[t] = add_{k}(part[t], part[t + s]); }}
     workgroupBarrier();
   }}
-  if (lid.x == 0u && col < n) {{ o_st(z * n + col, part[t]); }}
+  if (lid.x == 0u && col < n) {{ o_st(z * P[9] + P[10] + col, part[t]); }}
 }}
 """
 
@@ -153,15 +153,19 @@ def _matmul(dtype):
             batches *= d
         if batches > gpu.max_groups:
             raise MemoryError(f"wgpu: {batches} batches exceed the {gpu.max_groups} workgroups of a dimension")
-        ba, sa = bind(gpu, a, la, dtype.itemsize)
-        bb, sb = bind(gpu, b, lb, dtype.itemsize)
-        words = [m, n, kk, batches, len(bshape), la.strides[-2], la.strides[-1], lb.strides[-2], lb.strides[-1],
-                 *bshape, la.offset - sa, *abs_, lb.offset - sb, *bbs]
         gemv = m == 1
         key = ("gemv" if gemv else "gemm", str(dtype))
         pipe = gpu.pipeline(key, "wrr", lambda: (_gemv_source if gemv else _gemm_source)(dtype))
-        groups = (-(-n // 8), 1) if gemv else (-(-n // TILE), -(-m // TILE))
-        gpu.dispatch(pipe, [bind(gpu, out, None, 1)[0], ba, bb], pack(*words), *groups, groups_z=batches)
+        ba, sa = bind(gpu, a, la, dtype.itemsize)
+        # a weight beyond the binding limit: its columns in windows (a transposed (n, k) weight is
+        # contiguous in each), each pass writing its columns of the output
+        for c0, c1 in chunks_along(gpu, lb, len(lb.shape) - 1, dtype.itemsize):
+            part = narrow(lb, len(lb.shape) - 1, c0, c1)
+            bb, sb = bind(gpu, b, part, dtype.itemsize)
+            words = [m, c1 - c0, kk, batches, len(bshape), la.strides[-2], la.strides[-1], lb.strides[-2],
+                     lb.strides[-1], n, c0, *bshape, la.offset - sa, *abs_, part.offset - sb, *bbs]
+            groups = (-(-(c1 - c0) // 8), 1) if gemv else (-(-(c1 - c0) // TILE), -(-m // TILE))
+            gpu.dispatch(pipe, [bind(gpu, out, None, 1)[0], ba, bb], pack(*words), *groups, groups_z=batches)
 
     return kernel
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from candle_api.layout import Layout
 
 from . import shaders as S
-from .launch import bind, merge, pack, run
+from .launch import bind, merge, narrow_rows, pack, row_chunks, run
 
 
 def copy_kernel(dtype):
@@ -29,12 +29,14 @@ def strided_copy(dst, ldst: Layout, src, lsrc: Layout, raw: str) -> None:
     if src.buffer == dst.buffer:  # one buffer may not be bound for reading and writing at once
         src, lsrc = contiguous(src, lsrc, raw), Layout.contig(lsrc.shape)
     shape, (sd, ss) = merge(ldst.shape, [ldst.strides, lsrc.strides])
-    rank = len(shape)
     isz = S.bits(raw) // 8
-    bd, shift_d = bind(gpu, dst, ldst, isz)
-    bs, shift_s = bind(gpu, src, lsrc, isz)
-    words = [ldst.numel, rank, *shape, ldst.offset - shift_d, *sd, lsrc.offset - shift_s, *ss]
-    run(gpu, ("copy", raw), "wr", lambda: _copy_source(raw), [bd, bs], pack(*words), ldst.numel)
+    pipe = gpu.pipeline(("copy", raw), "wr", lambda: _copy_source(raw))
+    for r0, r1 in row_chunks(gpu, shape, [(sd, isz), (ss, isz)], 0):
+        d, s = narrow_rows(ldst, shape, sd, r0, r1), narrow_rows(lsrc, shape, ss, r0, r1)
+        bd, shift_d = bind(gpu, dst, d, isz)
+        bs, shift_s = bind(gpu, src, s, isz)
+        words = [d.numel, len(d.shape), *d.shape, d.offset - shift_d, *sd, s.offset - shift_s, *ss]
+        gpu.dispatch(pipe, [bd, bs], pack(*words), max(1, -(-d.numel // S.WG)))
 
 
 def _copy_source(raw: str) -> str:

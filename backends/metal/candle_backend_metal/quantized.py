@@ -16,11 +16,14 @@ reference codec on the host: a file format's job, not a per-token one).
 
 from __future__ import annotations
 
+import math
+
+from candle_api.layout import Layout
 from candle_api.quantized import GGML_TYPE_IDS
 
 from . import shaders as S
 from .hostcheck import indices
-from .launch import bind, pack, run
+from .launch import bind, chunks_along, narrow, pack
 from .matmul import TILE, gemm_body, gemv_body
 
 #: ggml name -> WGSL body of deq(blk, j) (blk: the block's first byte; j: the value's index in the block)
@@ -91,8 +94,7 @@ def dequantize(_dtype):
     def kernel(out, blocks, lblocks, qtype):
         t = _ggml(qtype)
         gpu = out.device.gpu
-        n = lblocks.numel // t.type_size * t.block_size
-        bq, sq = bind(gpu, blocks, lblocks, 1)
+        nblocks = lblocks.numel // t.type_size
 
         def source():
             return f"""{S.library("arith_f", "quant")}
@@ -103,8 +105,15 @@ def dequantize(_dtype):
 }}
 """
 
-        run(gpu, ("dequantize", t.name), "wr", source, [bind(gpu, out, None, 1)[0], bq],
-            pack(n, lblocks.offset - sq), n)
+        pipe = gpu.pipeline(("dequantize", t.name), "wr", source)
+        # the values in windows that fit a binding (the blocks' bytes are fewer), each starting aligned
+        values = Layout((nblocks, t.block_size), (t.block_size, 1), 0)
+        aligned = gpu.offset_align // math.gcd(t.block_size * 4, gpu.offset_align)
+        for b0, b1 in chunks_along(gpu, values, 0, 4, aligned):
+            n = (b1 - b0) * t.block_size
+            bq, sq = bind(gpu, blocks, Layout(((b1 - b0) * t.type_size,), (1,), lblocks.offset + b0 * t.type_size), 1)
+            bo, _ = bind(gpu, out, Layout((n,), (1,), b0 * t.block_size), 4)
+            gpu.dispatch(pipe, [bo, bq], pack(n, lblocks.offset + b0 * t.type_size - sq), -(-n // S.WG))
 
     return kernel
 
@@ -115,26 +124,29 @@ def qmatmul(_dtype):
         gpu = out.device.gpu
         kk = lx.shape[-1]
         m = lx.numel // kk if kk else 0
-        bx, sx = bind(gpu, x, lx, 4)
-        bq, sq = bind(gpu, blocks, lblocks, 1)
         row_bytes = kk // t.block_size * t.type_size
-        # as matmul's parameter block, batch rank 0: m, n, k, 1, 0, a's row and k strides, (unused), offsets
-        words = [m, n, kk, 1, 0, kk, 1, row_bytes, lblocks.offset - sq, lx.offset - sx, 0]
         gemv = m == 1
 
         def source():
-            body = (gemv_body if gemv else gemm_body)("f32", "a_ld(ab + {row} * P[5] + {q})", "wq(P[8], {col}, {q}, P[7])")
+            body = (gemv_body if gemv else gemm_body)("f32", "a_ld(ab + {row} * P[5] + {q})",
+                                                      "wq(P[8], {col}, {q}, P[7])")
             return f"""{S.library("arith_f", "quant")}
 {S.params(3)}
 {S.writer("o", 0, "f32")}{S.reader("a", 1, "f32")}{_decoder(qtype, 2)}
-fn a_base(z: u32) -> u32 {{ return P[9]; }}
+fn a_base(z: u32) -> u32 {{ return P[11]; }}
 fn b_base(z: u32) -> u32 {{ return 0u; }}
 {body}"""
 
-        key = ("qmatmul", t.name, "gemv" if gemv else "gemm")
-        pipe = gpu.pipeline(key, "wrr", source)
-        groups = (-(-n // 8), 1) if gemv else (-(-n // TILE), -(-m // TILE))
-        gpu.dispatch(pipe, [bind(gpu, out, None, 1)[0], bx, bq], pack(*words), *groups)
+        pipe = gpu.pipeline(("qmatmul", t.name, "gemv" if gemv else "gemm"), "wrr", source)
+        bx, sx = bind(gpu, x, lx, 4)
+        # as matmul's parameter block (batch rank 0), the weight's rows of blocks in windows that fit a binding
+        weight = Layout((n, row_bytes), (row_bytes, 1), lblocks.offset)
+        for c0, c1 in chunks_along(gpu, weight, 0, 1):
+            bq, sq = bind(gpu, blocks, narrow(weight, 0, c0, c1), 1)
+            words = [m, c1 - c0, kk, 1, 0, kk, 1, row_bytes, weight.offset + c0 * row_bytes - sq, n, c0,
+                     lx.offset - sx]
+            groups = (-(-(c1 - c0) // 8), 1) if gemv else (-(-(c1 - c0) // TILE), -(-m // TILE))
+            gpu.dispatch(pipe, [bind(gpu, out, None, 1)[0], bx, bq], pack(*words), *groups)
 
     return kernel
 
@@ -147,7 +159,6 @@ def qembedding(_dtype):
         rows = lblocks.numel // row_bytes if row_bytes else 0
         indices("qembedding", ids, lids, ids_dtype, rows)
         n = lids.numel * k
-        bq, sq = bind(gpu, blocks, lblocks, 1)
         bi, si = bind(gpu, ids, lids, ids_dtype.itemsize)
         id_of = {"u": "v", "i": "bitcast<u32>(v)", "l": "v.x"}[S.kind(ids_dtype)]
 
@@ -155,16 +166,22 @@ def qembedding(_dtype):
             return f"""{S.library("arith_f", "quant", *S.arith(ids_dtype))}
 {S.params(3)}
 {S.writer("o", 0, "f32")}{_decoder(qtype, 1)}{S.reader("ids", 2, ids_dtype)}
-// P: n, k, row bytes, blocks offset, ids offset
+// P: n, k, row bytes, blocks offset, ids offset, the window's first and end rows (a table beyond the
+//    binding limit is read a window of rows at a time; each pass writes the rows in its window)
 {S.ENTRY}  if (u >= P[0]) {{ return; }}
   let v = ids_ld(P[4] + u / P[1]);
   let row = {id_of};
-  o_st(u, wq(P[3], row, u % P[1], P[2]));
+  if (row < P[5] || row >= P[6]) {{ return; }}
+  o_st(u, wq(P[3], row - P[5], u % P[1], P[2]));
 }}
 """
 
-        run(gpu, ("qembedding", t.name, str(ids_dtype)), "wrr", source,
-            [bind(gpu, out, None, 1)[0], bq, bi], pack(n, k, row_bytes, lblocks.offset - sq, lids.offset - si), n)
+        pipe = gpu.pipeline(("qembedding", t.name, str(ids_dtype)), "wrr", source)
+        table = Layout((rows, row_bytes), (row_bytes, 1), lblocks.offset)
+        for r0, r1 in chunks_along(gpu, table, 0, 1):
+            bq, sq = bind(gpu, blocks, narrow(table, 0, r0, r1), 1)
+            words = [n, k, row_bytes, table.offset + r0 * row_bytes - sq, lids.offset - si, r0, r1]
+            gpu.dispatch(pipe, [bind(gpu, out, None, 1)[0], bq, bi], pack(*words), -(-n // S.WG))
 
     return kernel
 
