@@ -50,10 +50,20 @@ def _gemm_source(dtype) -> str:
 
 def gemm_body(dtype, load_a: str, load_b: str) -> str:
     """The tiled GEMM's entry point over P[0..2] = m, n, k and a_base/b_base(z);
-    load_a and load_b are format strings of {row}, {q}, {col}."""
+    load_a and load_b are format strings of {row}, {q}, {col}. The 4 x 4 block
+    of each thread is written out as scalars (arrays indexed in loops may
+    live in memory rather than registers: twice as slow on lavapipe)."""
     k, ct = S.kind(dtype), S.ctype(dtype)
     va = load_a.format(row="(row0 + r)", q="gk")
     vb = load_b.format(q="gk", col="(col0 + r)")
+    blocks = [(i, j) for i in range(4) for j in range(4)]
+    init = "\n".join(f"  var c{i}{j} = zero_{k}();" for i, j in blocks)
+    regs = "\n".join([f"      let a{i} = ta[q * {TILE}u + lid.y * 4u + {i}u];" for i in range(4)]
+                     + [f"      let b{j} = tb[q * {TILE}u + lid.x * 4u + {j}u];" for j in range(4)])
+    mads = "\n".join(f"      c{i}{j} = mad(c{i}{j}, a{i}, b{j});" for i, j in blocks)
+    stores = "\n".join(f"  if (row0 + lid.y * 4u + {i}u < m && col0 + lid.x * 4u + {j}u < n) {{ "
+                       f"o_st((z * m + row0 + lid.y * 4u + {i}u) * P[9] + P[10] + col0 + lid.x * 4u + {j}u, c{i}{j}); }}"
+                       for i, j in blocks)
     return f"""
 var<workgroup> ta: array<{ct}, {TK * TILE}>;   // [kk][row]
 var<workgroup> tb: array<{ct}, {TK * TILE}>;   // [kk][col]
@@ -67,8 +77,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
   let row0 = wid.y * {TILE}u;
   let col0 = wid.x * {TILE}u;
   let t = lid.y * 16u + lid.x;
-  var acc: array<{ct}, 16>;
-  for (var i = 0u; i < 16u; i++) {{ acc[i] = zero_{k}(); }}
+{init}
   for (var k0 = 0u; k0 < kk; k0 += {TK}u) {{
     for (var l = 0u; l < 4u; l++) {{
       let idx = t + l * 256u;            // 1024 = 16 x 64 values of each tile
@@ -84,25 +93,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     }}
     workgroupBarrier();
     for (var q = 0u; q < {TK}u; q++) {{
-      var ra: array<{ct}, 4>;
-      var rb: array<{ct}, 4>;
-      for (var i = 0u; i < 4u; i++) {{
-        ra[i] = ta[q * {TILE}u + lid.y * 4u + i];
-        rb[i] = tb[q * {TILE}u + lid.x * 4u + i];
-      }}
-      for (var i = 0u; i < 4u; i++) {{
-        for (var j = 0u; j < 4u; j++) {{ acc[i * 4u + j] = mad(acc[i * 4u + j], ra[i], rb[j]); }}
-      }}
+{regs}
+{mads}
     }}
     workgroupBarrier();
   }}
-  for (var i = 0u; i < 4u; i++) {{
-    let row = row0 + lid.y * 4u + i;
-    for (var j = 0u; j < 4u; j++) {{
-      let col = col0 + lid.x * 4u + j;
-      if (row < m && col < n) {{ o_st((z * m + row) * P[9] + P[10] + col, acc[i * 4u + j]); }}
-    }}
-  }}
+{stores}
 }}
 """
 
