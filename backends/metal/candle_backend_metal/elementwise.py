@@ -18,7 +18,7 @@ from candle_api.layout import Layout
 
 from . import shaders as S
 from .hostcheck import check_nonzero, check_nonnegative
-from .launch import bind, contiguous_all, merge, narrow_rows, pack, row_chunks
+from .launch import bind, contiguous_all, fits_whole, merge, narrow_rows, pack, row_chunks
 
 #: The parameter block: n, rank, four scalar words, the shape, then per input its offset and strides.
 SCALARS = 2
@@ -35,11 +35,23 @@ def map_kernel(op: str, out, out_dtype, inputs: list, expr: str, libs: tuple, sc
     dtypes = tuple(str(dt) for _, _, dt in inputs)
     key = (op, str(out_dtype), dtypes, "contiguous" if contig else "strided")
     pipe = gpu.pipeline(key, "w" + "r" * len(inputs), lambda: _source(out_dtype, dtypes, expr, libs, contig))
+    storages = [storage for storage, _, _ in inputs]
+    if fits_whole(gpu, out, *storages):  # the common case: whole buffers, the layouts as they are
+        n = 1
+        for d in mshape:
+            n *= d
+        words = [n, len(mshape), *scalars, *mshape]
+        for (_, lay, _), strides in zip(inputs, mstrides):
+            words += [lay.offset, *strides]
+        buffers = [(out.buffer, 0, 0), *((s.buffer, 0, 0) for s in storages)]
+        gpu.dispatch(pipe, buffers, pack(*words), max(1, -(-S.units(out_dtype, n) // S.WG)))
+        return
     row = 1
     for d in mshape[1:]:
         row *= d
-    for r0, r1 in row_chunks(gpu, mshape, [(st, dt.itemsize) for (_, _, dt), st in zip(inputs, mstrides)],
-                             out_dtype.itemsize):
+    chunks = row_chunks(gpu, mshape, [(st, dt.itemsize) for (_, _, dt), st in zip(inputs, mstrides)],
+                        out_dtype.itemsize)
+    for r0, r1 in chunks:
         n = (r1 - r0) * row
         shape = (r1 - r0, *mshape[1:]) if mshape else ()
         buffers = [bind(gpu, out, Layout((n,), (1,), r0 * row), out_dtype.itemsize)[0]]

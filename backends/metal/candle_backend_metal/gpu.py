@@ -256,7 +256,7 @@ class Gpu:
 
     def dispatch(self, pipe: Pipeline, buffers, params, groups: int, groups_y: int = 1, groups_z: int = 1) -> None:
         """Records pipe over buffers (one (handle, offset, size) per tensor
-        binding, size 0 meaning to the end), with params (a uint32 numpy array)
+        binding, size 0 meaning to the end), with params (bytes: launch.pack)
         and groups x groups_y x groups_z workgroups (groups may exceed the
         per-dimension limit: it is folded into y, and the shader recovers the
         linear index from num_workgroups)."""
@@ -264,7 +264,7 @@ class Gpu:
         if groups > self.max_groups:
             folded = -(-groups // self.max_groups)
             groups, groups_y = -(-groups // folded), groups_y * folded
-        raw = params.tobytes() if params is not None and len(params) else b"\0\0\0\0"
+        raw = params or b"\0\0\0\0"
         with self.lock:
             if self._dispatches >= FLUSH_EVERY or self._params_used + len(raw) > PARAMS_BYTES:
                 self._submit()

@@ -12,8 +12,7 @@ kernels split their work by rows when it does not (row_chunks).
 from __future__ import annotations
 
 import math
-
-import numpy as np
+import struct
 
 from candle_api.errors import DeviceError
 from candle_api.layout import Layout
@@ -66,6 +65,8 @@ def bind(gpu, storage, layout: Layout | None, itemsize: int):
     """((buffer, byte offset, byte size), element shift) binding the bytes
     layout reaches in storage (the whole storage for layout None); subtract
     the shift from the layout's offset."""
+    if storage.capacity <= gpu.max_binding:
+        return (storage.buffer, 0, 0), 0
     if layout is None or layout.numel == 0:
         size = align(max(storage.nbytes, 4), 4)
         if size > gpu.max_binding:
@@ -78,8 +79,6 @@ def bind(gpu, storage, layout: Layout | None, itemsize: int):
     if end - start > gpu.max_binding:
         raise DeviceError(f"wgpu: a view of {end - start} bytes exceeds the adapter's largest binding "
                           f"({gpu.max_binding} bytes) for this kernel")
-    if start == 0 and storage.capacity <= gpu.max_binding:
-        return (storage.buffer, 0, 0), 0
     return (storage.buffer, start, end - start), start // itemsize
 
 
@@ -144,16 +143,27 @@ def narrow_rows(layout: Layout, shape: tuple, strides: tuple, r0: int, r1: int) 
     return Layout((r1 - r0, *shape[1:]), strides, layout.offset + r0 * strides[0])
 
 
-def pack(*values) -> np.ndarray:
+_U32 = struct.Struct("<I")
+_F32 = struct.Struct("<f")
+
+
+def f32_bits(x: float) -> int:
+    try:
+        return _U32.unpack(_F32.pack(x))[0]
+    except OverflowError:  # beyond f32: infinity, as a conversion rounds it
+        return 0x7F800000 if x > 0 else 0xFF800000
+
+
+def pack(*values) -> bytes:
     """The parameter block: ints wrapped into u32 (negative strides become
     two's complement), floats as f32 bits."""
-    out = np.empty(len(values), np.uint32)
-    for i, v in enumerate(values):
-        if isinstance(v, float):
-            out[i] = np.float32(v).view(np.uint32)
-        else:
-            out[i] = int(v) & 0xFFFFFFFF
-    return out
+    return struct.pack(f"<{len(values)}I", *[f32_bits(v) if isinstance(v, float) else v & 0xFFFFFFFF
+                                             for v in values])
+
+
+def fits_whole(gpu, *storages) -> bool:
+    """Whether every storage fits one binding whole (the common case: no window to work out)."""
+    return all(s.capacity <= gpu.max_binding for s in storages)
 
 
 def layout_words(layout: Layout, shift: int = 0) -> list[int]:

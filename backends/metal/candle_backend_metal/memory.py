@@ -12,7 +12,7 @@ from __future__ import annotations
 from candle_api.layout import Layout
 
 from . import shaders as S
-from .launch import bind, merge, narrow_rows, pack, row_chunks, run
+from .launch import bind, fits_whole, merge, narrow_rows, pack, row_chunks, run
 
 
 def copy_kernel(dtype):
@@ -31,7 +31,9 @@ def strided_copy(dst, ldst: Layout, src, lsrc: Layout, raw: str) -> None:
     shape, (sd, ss) = merge(ldst.shape, [ldst.strides, lsrc.strides])
     isz = S.bits(raw) // 8
     pipe = gpu.pipeline(("copy", raw), "wr", lambda: _copy_source(raw))
-    for r0, r1 in row_chunks(gpu, shape, [(sd, isz), (ss, isz)], 0):
+    chunks = [(0, shape[0] if shape else 1)] if fits_whole(gpu, dst, src) else \
+        row_chunks(gpu, shape, [(sd, isz), (ss, isz)], 0)
+    for r0, r1 in chunks:
         d, s = narrow_rows(ldst, shape, sd, r0, r1), narrow_rows(lsrc, shape, ss, r0, r1)
         bd, shift_d = bind(gpu, dst, d, isz)
         bs, shift_s = bind(gpu, src, s, isz)
