@@ -128,12 +128,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
   }}
   let t = lid.y * 32u + lid.x;
   part[t] = acc;
-  workgroupBarrier();
-  for (var s = 16u; s > 0u; s >>= 1u) {{
-    if (lid.x < s) {{ part[t] = add_{k}(part[t], part[t + s]); }}
-    workgroupBarrier();
+  workgroupBarrier();  // one barrier, then a serial sum per column: barriers are what costs on lavapipe
+  if (lid.x == 0u && col < n) {{
+    var s = part[t];
+    for (var i = 1u; i < 32u; i++) {{ s = add_{k}(s, part[t + i]); }}
+    o_st(z * P[9] + P[10] + col, s);
   }}
-  if (lid.x == 0u && col < n) {{ o_st(z * P[9] + P[10] + col, part[t]); }}
 }}
 """
 

@@ -99,13 +99,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let base = kept_at(o);
     for (var r = t; r < P[1]; r += {S.WG}u) {{ acc = red_add(acc, x_ld(base + red_at(r)), r); }}
   }}
+  // two levels of 16 (three barriers, not a tree's eight: barriers are what costs on lavapipe)
   sh[t] = acc;
   workgroupBarrier();
-  for (var s = {S.WG // 2}u; s > 0u; s >>= 1u) {{
-    if (t < s) {{ sh[t] = red_merge(sh[t], sh[t + s]); }}
-    workgroupBarrier();
+  if (t < 16u) {{
+    var a = sh[t * 16u];
+    for (var i = 1u; i < 16u; i++) {{ a = red_merge(a, sh[t * 16u + i]); }}
+    sh[t * 16u] = a;
   }}
-  if (t == 0u && o < P[0]) {{ o_st(o, red_final(sh[0])); }}
+  workgroupBarrier();
+  if (t == 0u && o < P[0]) {{
+    var a = sh[0];
+    for (var i = 1u; i < 16u; i++) {{ a = red_merge(a, sh[i * 16u]); }}
+    o_st(o, red_final(a));
+  }}
 }}
 """
 
