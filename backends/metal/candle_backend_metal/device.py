@@ -20,15 +20,23 @@ from .allocator import CachingAllocator
 from .gpu import Gpu
 from .launch import span
 
+#: Uploads up to this size keep a host copy (``WgpuStorage.host``): index kernels check
+#: their indices on the host, and a token id just sent needs no read back.
+HOST_COPY_BYTES = 1 << 16
+
+
 class WgpuStorage:
     """``buffer`` (a WGPUBuffer handle), ``capacity`` (its size), ``nbytes``
-    and ``writable`` (the Storage contract), ``device`` (the WgpuDevice)."""
+    and ``writable`` (the Storage contract), ``device`` (the WgpuDevice), and
+    ``host``: the bytes a small upload put there, until a kernel writes in
+    place (None otherwise)."""
 
-    __slots__ = ("buffer", "capacity", "nbytes", "writable", "device")
+    __slots__ = ("buffer", "capacity", "nbytes", "writable", "device", "host")
 
     def __init__(self, device, buffer, capacity: int, nbytes: int):
         self.device, self.buffer, self.capacity, self.nbytes = device, buffer, capacity, nbytes
         self.writable = True
+        self.host = None
 
     def __del__(self):
         try:
@@ -62,7 +70,10 @@ class WgpuDevice:
                                         "floats): convert to f32 first")
         array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
         storage = self.alloc(array.nbytes)
-        self.gpu.upload(storage.buffer, array.reshape(-1).view(np.uint8))
+        flat = array.reshape(-1).view(np.uint8)
+        self.gpu.upload(storage.buffer, flat)
+        if array.nbytes <= HOST_COPY_BYTES:
+            storage.host = flat.copy()
         return storage, None
 
     def to_numpy(self, storage: WgpuStorage, layout: Layout, dtype) -> np.ndarray:

@@ -26,6 +26,7 @@ def copy_kernel(dtype):
 
 def strided_copy(dst, ldst: Layout, src, lsrc: Layout, raw: str) -> None:
     gpu = dst.device.gpu
+    dst.host = None  # written in place: a host copy of its upload is stale
     if src.buffer == dst.buffer:  # one buffer may not be bound for reading and writing at once
         src, lsrc = contiguous(src, lsrc, raw), Layout.contig(lsrc.shape)
     shape, (sd, ss) = merge(ldst.shape, [ldst.strides, lsrc.strides])
@@ -59,6 +60,7 @@ def fill_kernel(dtype):
 
     def kernel(dst, ldst, value):
         gpu = dst.device.gpu
+        dst.host = None
         shape, (sd,) = merge(ldst.shape, [ldst.strides])
         rank = len(shape)
         bits = int.from_bytes(bytes(value), "little")

@@ -214,3 +214,19 @@ def test_importing_the_plugin_opens_nothing():
 
 def test_backend_unavailable_error_is_a_device_error():
     assert issubclass(BackendUnavailableError, DeviceError)
+
+
+@needs_adapter
+def test_indices_are_checked_from_the_host_copy_until_written_in_place(dev):
+    """Small uploads keep their bytes on the host, so checking indices costs no read
+    back; an in-place write makes that copy stale, and it is dropped."""
+    table = c.Tensor(np.arange(12, dtype=np.float32).reshape(4, 3), device=dev)
+    ids = c.Tensor(np.array([3, 1], np.uint32), device=dev)
+    assert ids._storage.host is not None
+    np.testing.assert_array_equal(table.index_select(ids, 0).numpy()[:, 0], [9, 0 + 3])
+    from candle_api.ops.creation import fill_
+
+    fill_(ids[1:], 7)  # an in-place write (Var.set and copy_into take the same path: the copy kernel)
+    assert ids._storage.host is None
+    with pytest.raises(c.IndexOutOfRangeError, match="index 7 .*position 1"):
+        table.index_select(ids, 0)
