@@ -18,7 +18,6 @@ from candle_api.layout import Layout
 from . import adapter, random
 from .allocator import CachingAllocator
 from .gpu import Gpu
-from .launch import span
 
 #: Uploads up to this size keep a host copy (``WgpuStorage.host``): index kernels check
 #: their indices on the host, and a token id just sent needs no read back.
@@ -82,14 +81,14 @@ class WgpuDevice:
         shape = layout.shape
         if layout.numel == 0:
             return np.empty(shape, dtype.np)
-        lo, hi = span(layout)
+        lo, end = layout.span()
         isz = dtype.itemsize
-        if (hi - lo + 1) > 2 * layout.numel + 1024:  # a sparse view of a big buffer: gather it first
+        if end - lo > 2 * layout.numel + 1024:  # a sparse view of a big buffer: gather it first
             from .memory import contiguous
 
             storage, layout = contiguous(storage, layout, dtype), Layout.contig(shape)
-            lo, hi = 0, layout.numel - 1
-        raw = self.gpu.download(storage.buffer, lo * isz, (hi - lo + 1) * isz)
+            lo, end = 0, layout.numel
+        raw = self.gpu.download(storage.buffer, lo * isz, (end - lo) * isz)
         flat = raw.view(dtype.np)
         strides = tuple(s * isz for s in layout.strides)
         view = np.lib.stride_tricks.as_strided(flat[layout.offset - lo:], shape, strides, writeable=False)

@@ -14,7 +14,7 @@ tables below; the functions it calls live in ``wgsl/*.wgsl``.
 from __future__ import annotations
 
 from candle_api.dtype import get_dtype, u8
-from candle_api.layout import Layout
+from candle_api.layout import Layout, numel
 
 from . import shaders as S
 from .hostcheck import check_nonzero, check_nonnegative
@@ -37,18 +37,14 @@ def map_kernel(op: str, out, out_dtype, inputs: list, expr: str, libs: tuple, sc
     pipe = gpu.pipeline(key, "w" + "r" * len(inputs), lambda: _source(out_dtype, dtypes, expr, libs, contig))
     storages = [storage for storage, _, _ in inputs]
     if fits_whole(gpu, out, *storages):  # the common case: whole buffers, the layouts as they are
-        n = 1
-        for d in mshape:
-            n *= d
+        n = numel(mshape)
         words = [n, len(mshape), *scalars, *mshape]
         for (_, lay, _), strides in zip(inputs, mstrides):
             words += [lay.offset, *strides]
         buffers = [(out.buffer, 0, 0), *((s.buffer, 0, 0) for s in storages)]
         gpu.dispatch(pipe, buffers, pack(*words), max(1, -(-S.units(out_dtype, n) // S.WG)))
         return
-    row = 1
-    for d in mshape[1:]:
-        row *= d
+    row = numel(mshape[1:])
     chunks = row_chunks(gpu, mshape, [(st, dt.itemsize) for (_, _, dt), st in zip(inputs, mstrides)],
                         out_dtype.itemsize)
     for r0, r1 in chunks:

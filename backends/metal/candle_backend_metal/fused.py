@@ -13,6 +13,8 @@ the block, and then accumulates its share of the output's columns.
 
 from __future__ import annotations
 
+from candle_api.layout import numel
+
 from . import shaders as S
 from .launch import bind, merge, pack, run
 
@@ -60,9 +62,7 @@ def _rows(gpu, x, lx, dtype) -> tuple[int, tuple, list]:
     """(rows, x's binding, the parameter words from P[2] on) of a row kernel's input:
     last-dim stride, then the leading dims merged (rank, shape, offset, strides)."""
     lead, (strides,) = merge(lx.shape[:-1], [lx.strides[:-1]])
-    rows = 1
-    for d in lead:
-        rows *= d
+    rows = numel(lead)
     binding, shift = bind(gpu, x, lx, dtype.itemsize)
     return rows, binding, [lx.strides[-1], len(lead), *lead, lx.offset - shift, *strides]
 
@@ -300,9 +300,7 @@ def sdpa(dtype):
             raise KernelError(f"sdpa on wgpu: head dims up to {MAX_HEAD}, got {ne} and {nv}")
         layouts = [lq, lk, lv] + ([lmask] if mask is not None else [])
         bshape, bstrides = merge(tuple(batch), [tuple(lay.strides[:-2]) for lay in layouts])
-        total = nl
-        for d in bshape:
-            total *= d
+        total = nl * numel(bshape)
         buffers = [bind(gpu, out, None, 1)[0]]
         words = [nl, ns, ne, nv, int(bool(causal)), float(scale), len(bshape), *bshape]
         sizes = [dtype.itemsize] * 3 + [mask_dtype.itemsize if mask is not None else 1]

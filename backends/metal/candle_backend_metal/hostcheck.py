@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from candle_api.errors import IndexOutOfRangeError, KernelError
+from candle_api.errors import KernelError, check_indices
 
 
 def values(storage, layout, dtype) -> np.ndarray:
@@ -33,10 +33,4 @@ def check_nonnegative(storage, layout, dtype) -> None:
 
 def indices(op: str, storage, layout, dtype, size: int) -> np.ndarray:
     """The indices as int64, each checked to lie in [0, size)."""
-    ids = values(storage, layout, dtype).astype(np.int64)
-    bad = np.flatnonzero((ids < 0) | (ids >= size))
-    if bad.size:
-        pos = int(bad[0])
-        raise IndexOutOfRangeError(f"{op}: index {ids.flat[pos]} (at position {pos}) is out of range for a "
-                                   f"dimension of size {size}")
-    return ids
+    return check_indices(op, values(storage, layout, dtype).astype(np.int64), size)

@@ -29,7 +29,8 @@ def _id_of(ids_dtype) -> str:
 def _head(value_dtype, ids_dtype, extra: str = "", scattered: bool = False) -> str:
     return f"""{S.library(*S.arith(value_dtype, ids_dtype))}
 {S.params(3 + bool(extra))}{S.AT}
-{S.writer("o", 0, value_dtype, scattered=scattered)}{S.reader("x", 1, value_dtype)}{S.reader("ids", 2, ids_dtype)}{extra}
+{S.writer("o", 0, value_dtype, scattered=scattered)}{S.reader("x", 1, value_dtype)}
+{S.reader("ids", 2, ids_dtype)}{extra}
 fn id_at(i: u32) -> u32 {{ let v = ids_ld(i); return {_id_of(ids_dtype)}; }}
 """
 
@@ -40,20 +41,20 @@ def _tail(value_dtype) -> str:
 
 def _index_select_source(raw, ids_dtype, windowed: bool) -> str:
     # P: n, rank, dim, ids offset, ids stride, first and end row of x's window, out shape, x offset, x strides
-    select = f"""
-fn src_at(e: u32) -> u32 {{
+    select = """
+fn src_at(e: u32) -> u32 {
   let rank = P[1];
   let dim = P[2];
   var r = e;
   var o = P[7u + rank];
-  for (var d = rank; d > 0u; d--) {{
+  for (var d = rank; d > 0u; d--) {
     let s = P[6u + d];
     let c = r % s;
     r /= s;
     o += select(c, id_at(P[3] + c * P[4]) - P[5], d - 1u == dim) * P[7u + rank + d];
-  }}
+  }
   return o;
-}}
+}
 """
     if not windowed:
         return (_head(raw, ids_dtype, scattered=False) + select

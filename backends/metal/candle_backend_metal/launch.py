@@ -15,7 +15,7 @@ import math
 import struct
 
 from candle_api.errors import DeviceError
-from candle_api.layout import Layout
+from candle_api.layout import Layout, numel
 
 from .gpu import align
 from .shaders import WG
@@ -42,23 +42,12 @@ def contiguous_all(shape: tuple, strides: list[tuple]) -> bool:
     return len(shape) == 0 or (len(shape) == 1 and all(s == (1,) for s in strides))
 
 
-def span(layout: Layout) -> tuple[int, int]:
-    """The lowest and highest element offsets of a non-empty layout."""
-    lo = hi = layout.offset
-    for n, s in zip(layout.shape, layout.strides):
-        if s > 0:
-            hi += (n - 1) * s
-        else:
-            lo += (n - 1) * s
-    return lo, hi
-
-
 def fits(gpu, layout: Layout, itemsize: int) -> bool:
     """Whether the bytes layout reaches fit in one binding."""
     if layout.numel == 0:
         return True
-    lo, hi = span(layout)
-    return (hi - lo + 1) * itemsize + gpu.offset_align <= gpu.max_binding
+    lo, end = layout.span()
+    return (end - lo) * itemsize + gpu.offset_align <= gpu.max_binding
 
 
 def bind(gpu, storage, layout: Layout | None, itemsize: int):
@@ -73,9 +62,9 @@ def bind(gpu, storage, layout: Layout | None, itemsize: int):
             raise DeviceError(f"wgpu: a {storage.nbytes}-byte tensor exceeds the adapter's largest binding "
                               f"({gpu.max_binding} bytes) for this kernel")
         return (storage.buffer, 0, min(size, storage.capacity)), 0
-    lo, hi = span(layout)
+    lo, hi = layout.span()
     start = (lo * itemsize) // gpu.offset_align * gpu.offset_align
-    end = align((hi + 1) * itemsize, 4)
+    end = align(hi * itemsize, 4)
     if end - start > gpu.max_binding:
         raise DeviceError(f"wgpu: a view of {end - start} bytes exceeds the adapter's largest binding "
                           f"({gpu.max_binding} bytes) for this kernel")
@@ -89,9 +78,7 @@ def row_chunks(gpu, shape: tuple, inputs: list[tuple[tuple, int]], out_itemsize:
     the output is contiguous, and a range starts at a multiple of the
     binding alignment in it (so that its narrow elements start a word)."""
     rows = shape[0] if shape else 1
-    row = 1
-    for n in shape[1:]:
-        row *= n
+    row = numel(shape[1:])
 
     def need(count: int) -> int:  # the largest binding for count rows
         most = count * row * out_itemsize

@@ -18,6 +18,8 @@ batch dims are merged and walked by the third workgroup dimension.
 
 from __future__ import annotations
 
+from candle_api.layout import numel
+
 from . import shaders as S
 from .launch import bind, chunks_along, merge, narrow, pack
 
@@ -61,9 +63,9 @@ def gemm_body(dtype, load_a: str, load_b: str) -> str:
     regs = "\n".join([f"      let a{i} = ta[q * {TILE}u + lid.y * 4u + {i}u];" for i in range(4)]
                      + [f"      let b{j} = tb[q * {TILE}u + lid.x * 4u + {j}u];" for j in range(4)])
     mads = "\n".join(f"      c{i}{j} = mad(c{i}{j}, a{i}, b{j});" for i, j in blocks)
-    stores = "\n".join(f"  if (row0 + lid.y * 4u + {i}u < m && col0 + lid.x * 4u + {j}u < n) {{ "
-                       f"o_st((z * m + row0 + lid.y * 4u + {i}u) * P[9] + P[10] + col0 + lid.x * 4u + {j}u, c{i}{j}); }}"
-                       for i, j in blocks)
+    stores = "\n".join(f"  let out_row{i} = row0 + lid.y * 4u + {i}u;" for i in range(4)) + "\n" + "\n".join(
+        f"  if (out_row{i} < m && col0 + lid.x * 4u + {j}u < n) {{ "
+        f"o_st((z * m + out_row{i}) * P[9] + P[10] + col0 + lid.x * 4u + {j}u, c{i}{j}); }}" for i, j in blocks)
     return f"""
 var<workgroup> ta: array<{ct}, {TK * TILE}>;   // [kk][row]
 var<workgroup> tb: array<{ct}, {TK * TILE}>;   // [kk][col]
@@ -144,9 +146,7 @@ def _matmul(dtype):
         *batch, m, kk = la.shape
         n = lb.shape[-1]
         bshape, (abs_, bbs) = merge(tuple(batch), [tuple(la.strides[:-2]), tuple(lb.strides[:-2])])
-        batches = 1
-        for d in bshape:
-            batches *= d
+        batches = numel(bshape)
         if batches > gpu.max_groups:
             raise MemoryError(f"wgpu: {batches} batches exceed the {gpu.max_groups} workgroups of a dimension")
         gemv = m == 1

@@ -13,6 +13,7 @@ min propagate NaN; arg* keep the first extreme (or the first NaN).
 from __future__ import annotations
 
 from candle_api.dtype import u32
+from candle_api.layout import numel
 
 from . import shaders as S
 from .launch import bind, merge, pack, run
@@ -30,7 +31,8 @@ def _acc(op: str, k: str) -> str:
         hi = {"f": "inf_f()", "u": "0xffffffffu", "i": "2147483647", "l": "vec2<u32>(0xffffffffu, 0x7fffffffu)"}[k]
         init, better = (lo, "lt_{k}(a.v, b.v)") if op == "argmax" else (hi, "lt_{k}(b.v, a.v)")
         nan = ("if (isnan_f(a.v) || isnan_f(b.v)) {\n"
-               "    if (isnan_f(a.v) && (!isnan_f(b.v) || a.i < b.i)) { return a; }\n    return b;\n  }") if k == "f" else ""
+               "    if (isnan_f(a.v) && (!isnan_f(b.v) || a.i < b.i)) { return a; }\n"
+               "    return b;\n  }") if k == "f" else ""
         return f"""struct Acc {{ v: {ct}, i: u32 }}
 fn red_init() -> Acc {{ return Acc({init}, 0xffffffffu); }}
 fn red_merge(a: Acc, b: Acc) -> Acc {{
@@ -127,7 +129,7 @@ def _reduce(op: str):
             kshape, (ks,) = merge(tuple(lx.shape[d] for d in kept), [tuple(lx.strides[d] for d in kept)])
             # the reduced dims keep their order even where they merge: r is the flat index within dims
             rshape, (rs,) = merge(tuple(lx.shape[d] for d in dims), [tuple(lx.strides[d] for d in dims)])
-            n_kept, n_red = _numel(kshape), _numel(rshape)
+            n_kept, n_red = numel(kshape), numel(rshape)
             bx, shift = bind(gpu, x, lx, dtype.itemsize)
             words = [n_kept, n_red, len(kshape), len(rshape), *kshape, *rshape, lx.offset - shift, *ks, 0, *rs]
             per_group = n_red > ROW
@@ -142,13 +144,6 @@ def _reduce(op: str):
         return kernel
 
     return make
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _cumsum(dtype):
@@ -192,7 +187,7 @@ def _cumsum(dtype):
         others = [d for d in range(len(shape)) if d != dim]
         oshape, (xs, os_) = merge(tuple(shape[d] for d in others), [tuple(lx.strides[d] for d in others),
                                                                      tuple(ostrides[d] for d in others)])
-        lines = _numel(oshape)
+        lines = numel(oshape)
         bx, shift = bind(gpu, x, lx, dtype.itemsize)
         words = [lines, shape[dim], len(oshape), *oshape, lx.offset - shift, *xs, 0, *os_, lx.strides[dim],
                  ostrides[dim]]
