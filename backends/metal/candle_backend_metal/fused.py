@@ -21,30 +21,6 @@ from .launch import bind, merge, pack, run
 ROW_HEAD = """
 // the row's elements: leading dims merged (rank, shape, offset, strides at 3..), last-dim stride at P[2]
 fn row_at(r: u32) -> u32 { let rank = P[3]; return at(r, 4u + rank, 4u, rank); }
-var<workgroup> red: array<f32, 256>;
-// A workgroup's max or sum in two levels of 16: four barriers where a tree takes nine (on lavapipe
-// barriers cost far more than the adds); every thread gets the result.
-fn wg_reduce(t: u32, v: f32, is_max: bool) -> f32 {
-  red[t] = v;
-  workgroupBarrier();
-  if (t < 16u) {
-    var a = red[t * 16u];
-    for (var i = 1u; i < 16u; i++) { a = select(a + red[t * 16u + i], max_f(a, red[t * 16u + i]), is_max); }
-    red[t * 16u] = a;
-  }
-  workgroupBarrier();
-  if (t == 0u) {
-    var a = red[0];
-    for (var i = 1u; i < 16u; i++) { a = select(a + red[i * 16u], max_f(a, red[i * 16u]), is_max); }
-    red[0] = a;
-  }
-  workgroupBarrier();
-  let m = red[0];
-  workgroupBarrier();
-  return m;
-}
-fn wg_max(t: u32, v: f32) -> f32 { return wg_reduce(t, v, true); }
-fn wg_sum(t: u32, v: f32) -> f32 { return wg_reduce(t, v, false); }
 """
 
 ROW_ENTRY = """
@@ -69,7 +45,7 @@ def _rows(gpu, x, lx, dtype) -> tuple[int, tuple, list]:
 
 def _softmax_source(dtype, log: bool) -> str:
     finish = "o_st(r * n + j, v - shift);" if log else "o_st(r * n + j, exp_f(v - m) * inv);"
-    return f"""{S.library("math")}
+    return f"""{S.library("math", "workgroup")}
 {S.params(2)}{S.AT}
 {S.writer("o", 0, dtype)}{S.reader("x", 1, dtype)}{ROW_HEAD}{ROW_ENTRY}
   var m = -inf_f();
@@ -108,7 +84,7 @@ def _norm_source(dtype, rms: bool, bias: bool) -> str:
     tail = "let tail = 5u + 2u * P[3];"
     mean = "0.0" if rms else "wg_sum(t, sum) / f32(n)"
     shift = " + b_ld(P[tail + 2u] + j)" if bias else ""
-    return f"""{S.library("arith_f")}
+    return f"""{S.library("workgroup")}
 {S.params(3 + bias)}{S.AT}
 {S.writer("o", 0, dtype)}{S.reader("x", 1, dtype)}{S.reader("w", 2, dtype)}{S.reader("b", 3, dtype) if bias else ""}
 {ROW_HEAD}{ROW_ENTRY}  {tail}
@@ -208,84 +184,19 @@ def _rope(interleaved: bool):
     return make
 
 
-#: The largest head dims the attention kernel holds (the query row in workgroup memory, output columns
-#: four per thread).
+#: The largest head dims the attention kernel holds (wgsl/attention.wgsl: the query row in workgroup
+#: memory, output columns four per thread).
 MAX_HEAD = 1024
 
 
 def _sdpa_source(dtype, mask_dtype) -> str:
-    masked = {None: "", "u": "if (m_ld(mo + j * P[mrow + 1u]) == 0u) { s = -inf_f(); }",
-              "f": "s = s + m_ld(mo + j * P[mrow + 1u]);"}[mask_dtype and S.kind(mask_dtype)]
+    mask = {None: "return s;", "u": "return select(s, -inf_f(), m_ld(i) == 0u);",
+            "f": "return s + m_ld(i);"}[mask_dtype and S.kind(mask_dtype)]
     mask_reader = S.reader("m", 4, mask_dtype) if mask_dtype is not None else ""
-    return f"""{S.library("math")}
+    return f"""{S.library("attention")}
 {S.params(5 if mask_dtype is not None else 4)}{S.AT}
 {S.writer("o", 0, dtype)}{S.reader("q", 1, dtype)}{S.reader("k", 2, dtype)}{S.reader("v", 3, dtype)}{mask_reader}
-// P: L, S, E, Ev, causal, scale, rank, batch shape at 7.., then for q, k, v and the mask:
-//    offset, batch strides, row stride, column stride (rank + 3 words each)
-{ROW_HEAD}
-var<workgroup> qs: array<f32, {MAX_HEAD}>;
-var<workgroup> ps: array<f32, 256>;
-fn lay(z: u32, which: u32) -> u32 {{ let r = P[6]; return 7u + r + which * (r + 3u); }}
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) t: u32) {{
-  let nl = P[0]; let ns = P[1]; let ne = P[2]; let nv = P[3];
-  let rank = P[6];
-  let total = P[7u + rank + 4u * (rank + 3u)];
-  let o = min(wid.x + wid.y * nwg.x, total - 1u);
-  let z = o / nl;
-  let i = o % nl;
-  let ql = lay(z, 0u); let kl = lay(z, 1u); let vl = lay(z, 2u); let ml = lay(z, 3u);
-  let qo = at(z, ql, 7u, rank) + i * P[ql + rank + 1u];
-  let kb = at(z, kl, 7u, rank);
-  let vb = at(z, vl, 7u, rank);
-  let mrow = ml + rank + 1u;
-  let mo = at(z, ml, 7u, rank) + i * P[mrow];
-  let scale = bitcast<f32>(P[5]);
-  for (var e = t; e < ne; e += 256u) {{ qs[e] = q_ld(qo + e * P[ql + rank + 2u]) * scale; }}
-  workgroupBarrier();
-  let kend = select(ns, min(ns, i + 1u), P[4] != 0u);
-  var m = -inf_f();
-  var l = 0.0;
-  var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-  for (var j0 = 0u; j0 < kend; j0 += 256u) {{
-    let j = j0 + t;
-    var s = -inf_f();
-    if (j < kend) {{
-      s = 0.0;
-      let ko = kb + j * P[kl + rank + 1u];
-      for (var e = 0u; e < ne; e++) {{ s = fma(qs[e], k_ld(ko + e * P[kl + rank + 2u]), s); }}
-      {masked}
-    }}
-    let nm = max_f(m, wg_max(t, s));
-    let live = nm > -inf_f() || isnan_f(nm);
-    let p = select(0.0, exp_f(s - nm), live);
-    let corr = select(0.0, exp_f(m - nm), live && m > -inf_f());
-    ps[t] = p;
-    l = l * corr + wg_sum(t, p);
-    let cnt = min(256u, kend - j0);
-    for (var c = 0u; c < 4u; c++) {{
-      let col = t + c * 256u;
-      acc[c] = acc[c] * corr;
-      if (col < nv) {{
-        for (var jj = 0u; jj < cnt; jj++) {{
-          let pj = ps[jj];
-          if (pj != 0.0 || isnan_f(pj)) {{
-            acc[c] = fma(pj, v_ld(vb + (j0 + jj) * P[vl + rank + 1u] + col * P[vl + rank + 2u]), acc[c]);
-          }}
-        }}
-      }}
-    }}
-    m = nm;
-    workgroupBarrier();
-  }}
-  for (var c = 0u; c < 4u; c++) {{
-    let col = t + c * 256u;
-    if (col < nv && wid.x + wid.y * nwg.x < total) {{
-      o_st(o * nv + col, select(acc[c] / l, 0.0, m == -inf_f()));
-    }}
-  }}
-}}
+fn mask_score(s: f32, i: u32) -> f32 {{ {mask} }}
 """
 
 
