@@ -13,6 +13,7 @@ default 1024) and dropped when the device runs out of memory.
 from __future__ import annotations
 
 import os
+import threading
 
 #: The smallest buffer (and the size granularity below 4 KiB).
 MIN_BYTES = 256
@@ -38,15 +39,17 @@ class CachingAllocator:
         self.limit = int(os.environ.get("CANDLE_WGPU_CACHE_MB", "1024")) << 20
         self.created = 0      # buffers created (tests read these)
         self.reused = 0
+        self.lock = threading.RLock()  # reentrant: a storage's __del__ may run inside take()
 
     def take(self, nbytes: int):
         """(buffer handle, capacity) for at least nbytes, or MemoryError."""
         cap = size_class(nbytes)
-        bucket = self.free.get(cap)
-        if bucket:
-            self.cached_bytes -= cap
-            self.reused += 1
-            return bucket.pop(), cap
+        with self.lock:
+            bucket = self.free.get(cap)
+            if bucket:
+                self.cached_bytes -= cap
+                self.reused += 1
+                return bucket.pop(), cap
         if cap > self.gpu.max_buffer:
             raise MemoryError(f"wgpu: {nbytes} bytes exceed the adapter's largest buffer "
                               f"({self.gpu.max_buffer} bytes)")
@@ -60,18 +63,19 @@ class CachingAllocator:
         return handle, cap
 
     def give(self, handle, cap: int) -> None:
-        """Takes back a freed storage's buffer (called from the storage's __del__:
-        a list append, atomic under the GIL, no lock)."""
-        if self.cached_bytes + cap > self.limit:
-            self.gpu.release_buffer(handle)
-            return
-        self.cached_bytes += cap
-        self.free.setdefault(cap, []).append(handle)
+        """Takes back a freed storage's buffer (called from the storage's __del__)."""
+        with self.lock:
+            if self.cached_bytes + cap <= self.limit:
+                self.cached_bytes += cap
+                self.free.setdefault(cap, []).append(handle)
+                return
+        self.gpu.release_buffer(handle)
 
     def empty(self) -> None:
         """Releases every cached buffer."""
-        free, self.free = self.free, {}
-        self.cached_bytes = 0
+        with self.lock:
+            free, self.free = self.free, {}
+            self.cached_bytes = 0
         for bucket in free.values():
             for handle in bucket:
                 self.gpu.release_buffer(handle)

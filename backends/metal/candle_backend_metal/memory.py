@@ -12,7 +12,7 @@ from __future__ import annotations
 from candle_api.layout import Layout
 
 from . import shaders as S
-from .launch import bind, fits_whole, merge, narrow_rows, pack, row_chunks, run
+from .launch import bind, fits_whole, merge, narrow_rows, pack, row_chunks
 
 
 def copy_kernel(dtype):
@@ -62,11 +62,15 @@ def fill_kernel(dtype):
         gpu = dst.device.gpu
         dst.host = None
         shape, (sd,) = merge(ldst.shape, [ldst.strides])
-        rank = len(shape)
+        isz = S.bits(raw) // 8
         bits = int.from_bytes(bytes(value), "little")
-        bd, shift = bind(gpu, dst, ldst, S.bits(raw) // 8)
-        words = [ldst.numel, rank, bits & 0xFFFFFFFF, bits >> 32, *shape, ldst.offset - shift, *sd]
-        run(gpu, ("fill", raw), "w", lambda: _fill_source(raw), [bd], pack(*words), ldst.numel)
+        pipe = gpu.pipeline(("fill", raw), "w", lambda: _fill_source(raw))
+        chunks = [(0, shape[0] if shape else 1)] if fits_whole(gpu, dst) else row_chunks(gpu, shape, [(sd, isz)], 0)
+        for r0, r1 in chunks:
+            d = narrow_rows(ldst, shape, sd, r0, r1)
+            bd, shift = bind(gpu, dst, d, isz)
+            words = [d.numel, len(d.shape), bits & 0xFFFFFFFF, bits >> 32, *d.shape, d.offset - shift, *sd]
+            gpu.dispatch(pipe, [bd], pack(*words), max(1, -(-d.numel // S.WG)))
 
     return kernel
 

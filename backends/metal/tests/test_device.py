@@ -230,3 +230,9 @@ def test_indices_are_checked_from_the_host_copy_until_written_in_place(dev):
     assert ids._storage.host is None
     with pytest.raises(c.IndexOutOfRangeError, match="index 7 .*position 1"):
         table.index_select(ids, 0)
+
+
+@needs_adapter
+def test_dlpack_export_is_refused_clearly(dev):
+    with pytest.raises(BufferError, match="wgpu:0 tensor has no memory address"):
+        np.from_dlpack(c.Tensor([1.0, 2.0], device=dev))
