@@ -68,14 +68,15 @@ def kernel_providers(device_type: str) -> dict[str, dict[str, str]]:
 
 def decomposed_rows(device_type: str) -> list[str]:
     """The optional contract rows a device has no kernel for (in some of its
-    dtypes: those are named), which it runs as their decompositions."""
+    dtypes: those are named), which it runs as their decompositions (rows
+    newer than its contract version included)."""
     from .contract.table import ROWS
 
     spec = registry().backends()[device_type][0]
     ops = kernel_providers(device_type)
     out = []
     for row in ROWS:
-        if row.required or row.since > spec.contract_version:
+        if row.required:
             continue
         held = [d for d in row.dtypes if d in spec.dtypes]
         missing = [d for d in held if d not in ops.get(row.name, {})]
