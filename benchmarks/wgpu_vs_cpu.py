@@ -118,8 +118,10 @@ def binding_cost(reps: int) -> None:
 
     from candle_backend_metal import library
     from candle_backend_metal import webgpu as w
+    from candle_backend_metal.adapter import quiet_stderr
 
-    device = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
+    with quiet_stderr():  # what drivers print while adapters are enumerated, as the plugin does
+        device = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
     code = """@group(0) @binding(0) var<storage, read_write> o: array<f32>;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3<u32>) { o[g.x] = a[g.x] + 1.0; }"""

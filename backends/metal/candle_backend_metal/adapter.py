@@ -104,7 +104,7 @@ def _find() -> _Probe:
         found.reason = "wgpu-native could not create an instance"
         return found
     options = w.InstanceEnumerateAdapterOptions(None, mask)
-    with _quiet_stderr():
+    with quiet_stderr():
         count = lib.wgpuInstanceEnumerateAdapters(instance, ctypes.byref(options), None)
         handles = (ctypes.c_void_p * max(count, 1))()
         count = lib.wgpuInstanceEnumerateAdapters(instance, ctypes.byref(options), handles)
@@ -118,7 +118,7 @@ def _find() -> _Probe:
 
 
 @contextlib.contextmanager
-def _quiet_stderr():
+def quiet_stderr():
     """Silences file descriptor 2 around adapter enumeration: Vulkan drivers check
     presentation support there, and on a machine without a display session
     libwayland prints "XDG_RUNTIME_DIR is invalid" (a failure to find an adapter
