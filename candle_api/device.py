@@ -1,9 +1,11 @@
-"""Devices: ``"cpu"``, ``"cuda:0"``, ``"metal:0"``...
+"""Devices: ``"cpu"``, ``"cuda:0"``, ``"wgpu:0"``...
 
 A :class:`Device` is a ``str`` subclass whose value is its canonical name, so
 ``t.device == "cpu"`` holds as it does in candle-pyo3, whose devices are
 strings. It is resolved to its backend once, when first made, and carries the
-backend's kernel table; ``Device("cuda:0") is Device("cuda:0")``.
+backend's kernel table; ``Device("cuda:0") is Device("cuda:0")``. A name a
+backend declares as an alias (``BackendSpec.aliases``: ``metal:0`` for the wgpu
+device on a Mac) gives the same Device object as the name it stands for.
 """
 
 from __future__ import annotations
@@ -102,6 +104,17 @@ class Device(str):
                                         f"{' '.join(sorted(self.dtypes))})")
 
 
+def resolve_alias(name: str, specs: dict) -> str | None:
+    """The device type that name is an alias of (BackendSpec.aliases), or None."""
+    for dev_type, (spec, _plugin) in sorted(specs.items()):
+        try:
+            if name in spec.aliases():
+                return dev_type
+        except Exception:  # an alias probe that fails is no alias
+            continue
+    return None
+
+
 def _parse(spec: str) -> tuple[str, str, int]:
     text = spec.strip().lower()
     dev_type, _, idx = text.partition(":")
@@ -135,6 +148,13 @@ def get_device(spec=None) -> Device:
     if dev is not None:
         return dev
     name, dev_type, index = _parse(spec)
+    specs = registry().backends()
+    if dev_type not in specs:
+        canonical = resolve_alias(dev_type, specs)
+        if canonical is not None:  # "metal:0" is the wgpu device on a Mac: the same Device object
+            dev = get_device(canonical if canonical == "cpu" else f"{canonical}:{index}")
+            _DEVICES[spec] = dev
+            return dev
     with _LOCK:
         dev = _DEVICES.get(name)
         if dev is None:

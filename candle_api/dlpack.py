@@ -111,6 +111,9 @@ def device_of(t) -> tuple[int, int]:
 
 
 def to_dlpack(t, stream=None, max_version=None, dl_device=None, copy=None):
+    if not hasattr(t._storage, "ptr"):  # a GPU buffer behind an API without addresses (WebGPU)
+        raise BufferError(f"a {t.device} tensor has no memory address to export through DLPack: copy it to the "
+                          "cpu first (.to_device('cpu'))")
     if dl_device is not None and tuple(dl_device) != device_of(t):
         raise BufferError(f"cannot export a {t.device} tensor to DLPack device {tuple(dl_device)} without a copy")
     if copy:

@@ -59,6 +59,18 @@ class IndexOutOfRangeError(CandleError, IndexError):
     """An index outside its dimension."""
 
 
+def check_indices(op: str, ids, size: int):
+    """ids (an integer numpy array), each checked to lie in [0, size): the first
+    one outside raises IndexOutOfRangeError naming it, its position among the
+    ids and the size, the message every backend gives. Returns ids."""
+    bad = ((ids < 0) | (ids >= size)).ravel().nonzero()[0]
+    if bad.size:
+        pos = int(bad[0])
+        raise IndexOutOfRangeError(f"{op}: index {ids.flat[pos]} (at position {pos}) is out of range for a "
+                                   f"dimension of size {size}")
+    return ids
+
+
 class KernelError(CandleError, RuntimeError):
     """A backend kernel reported a failure (integer division by zero, bad sizes...)."""
 

@@ -28,8 +28,9 @@ from .contract.opdef import OpDef  # noqa: F401  (what candle_api_custom_ops def
 
 #: The hook API this candle-api implements. 2 added BackendSpec.contract_version
 #: and BackendSpec.dtypes (a plugin using them sets CANDLE_API_HOOK_VERSION = 2),
-#: and made OpDef the one op definition (candle_api.contract.opdef).
-HOOK_API_VERSION = 2
+#: and made OpDef the one op definition (candle_api.contract.opdef); 3 added
+#: BackendSpec.aliases.
+HOOK_API_VERSION = 3
 
 hookspec = pluggy.HookspecMarker("candle_api")
 hookimpl = pluggy.HookimplMarker("candle_api")
@@ -48,6 +49,10 @@ class BackendSpec:
     the version of the kernel table (:mod:`candle_api.contract`) the backend
     implements, and ``dtypes`` the dtypes it holds: the required rows of that
     version must have a kernel for each of their dtypes among these.
+    ``aliases()`` returns other device type names that mean this one (the
+    wgpu backend answers its adapter's API, ``metal`` on a Mac): ``metal:0``
+    then resolves to the same device as ``wgpu:0``. It is asked only for a
+    name no backend has, and may probe the hardware.
     """
 
     name: str
@@ -60,6 +65,7 @@ class BackendSpec:
     api_version: int = HOOK_API_VERSION
     contract_version: int = 1
     dtypes: tuple = ("u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64")
+    aliases: Callable[[], tuple] = lambda: ()
 
 
 @dataclass(frozen=True)

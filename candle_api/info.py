@@ -17,6 +17,7 @@ class BackendInfo:
     device_count: int
     description: str
     details: str = ""
+    aliases: tuple = ()
 
 
 @dataclass
@@ -44,9 +45,11 @@ def plugins() -> list[PluginInfo]:
             ok, reason = spec.availability()
             count = spec.device_count() if ok else 0
             details = spec.details() if ok else ""
+            aliases = tuple(spec.aliases()) if ok else ()
         except Exception as exc:  # availability must never take `candle info` down
-            ok, reason, count, details = False, f"{type(exc).__name__}: {exc}", 0, ""
-        out[plugin].backends.append(BackendInfo(dev_type, plugin, ok, reason, count, spec.description, details))
+            ok, reason, count, details, aliases = False, f"{type(exc).__name__}: {exc}", 0, "", ()
+        out[plugin].backends.append(BackendInfo(dev_type, plugin, ok, reason, count, spec.description, details,
+                                                aliases))
         if ok:
             for op, by_dtype in kernel_providers(dev_type).items():
                 for provider in set(by_dtype.values()):
@@ -63,6 +66,25 @@ def kernel_providers(device_type: str) -> dict[str, dict[str, str]]:
     return ops
 
 
+def decomposed_rows(device_type: str) -> list[str]:
+    """The optional contract rows a device has no kernel for (in some of its
+    dtypes: those are named), which it runs as their decompositions (rows
+    newer than its contract version included)."""
+    from .contract.table import ROWS
+
+    spec = registry().backends()[device_type][0]
+    ops = kernel_providers(device_type)
+    out = []
+    for row in ROWS:
+        if row.required:
+            continue
+        held = [d for d in row.dtypes if d in spec.dtypes]
+        missing = [d for d in held if d not in ops.get(row.name, {})]
+        if missing:
+            out.append(row.name if missing == held else f"{row.name} ({' '.join(missing)})")
+    return out
+
+
 def describe(show_ops: bool = True) -> str:
     """The text `candle info` prints."""
     from . import __version__
@@ -77,7 +99,8 @@ def describe(show_ops: bool = True) -> str:
         for b in p.backends:
             state = f"available ({b.device_count} device(s))" if b.available else f"unavailable: {b.reason}"
             about = "; ".join(x for x in (b.description, b.details) if x)
-            lines.append(f"    device {b.device_type}: {state}" + (f" - {about}" if about else ""))
+            also = f" (also {', '.join(b.aliases)})" if b.aliases else ""
+            lines.append(f"    device {b.device_type}{also}: {state}" + (f" - {about}" if about else ""))
     custom = registry().ops.names()
     if custom:
         lines += ["", "custom ops (a device without the op's kernel runs its decomposition, if it has one):"]
@@ -102,4 +125,7 @@ def describe(show_ops: bool = True) -> str:
                     lines.append(f"  {op}: {served}")
                 conflicts = registry().kernel_table(b.device_type).conflicts
                 lines += [f"  conflict: {c}" for c in conflicts]
+                decomposed = decomposed_rows(b.device_type)
+                if decomposed:
+                    lines.append(f"  runs as decompositions (optional rows without a kernel): {', '.join(decomposed)}")
     return "\n".join(lines)
