@@ -28,8 +28,9 @@ from .contract.opdef import OpDef  # noqa: F401  (what candle_api_custom_ops def
 
 #: The hook API this candle-api implements. 2 added BackendSpec.contract_version
 #: and BackendSpec.dtypes (a plugin using them sets CANDLE_API_HOOK_VERSION = 2),
-#: and made OpDef the one op definition (candle_api.contract.opdef).
-HOOK_API_VERSION = 2
+#: and made OpDef the one op definition (candle_api.contract.opdef); 3 added
+#: KernelSet.description and BackendSpec.variants.
+HOOK_API_VERSION = 3
 
 hookspec = pluggy.HookspecMarker("candle_api")
 hookimpl = pluggy.HookimplMarker("candle_api")
@@ -48,6 +49,9 @@ class BackendSpec:
     the version of the kernel table (:mod:`candle_api.contract`) the backend
     implements, and ``dtypes`` the dtypes it holds: the required rows of that
     version must have a kernel for each of their dtypes among these.
+    ``variants()`` names the code paths the backend can take on this machine,
+    each with the environment variables that select it, the default first
+    (the cpu plugin's instruction sets): ``candle bench`` measures each.
     """
 
     name: str
@@ -60,6 +64,7 @@ class BackendSpec:
     api_version: int = HOOK_API_VERSION
     contract_version: int = 1
     dtypes: tuple = ("u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64")
+    variants: Callable[[], dict] = lambda: {}
 
 
 @dataclass(frozen=True)
@@ -69,10 +74,13 @@ class KernelSet:
     For every (op, dtype) the kernel of the highest ``priority`` among all
     plugins wins, so a plugin can override some kernels of another (an MKL
     plugin returning faster "matmul" kernels for "cpu", say) and add new ops.
+    ``description`` says what serves them (a library and its version, its
+    threads, why these kernels and not others) for ``candle info``.
     """
 
     kernels: Mapping[tuple[str, str], Callable]
     priority: int = 0
+    description: str = ""
 
 
 @dataclass(frozen=True)

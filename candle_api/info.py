@@ -27,6 +27,7 @@ class PluginInfo:
     error: str
     backends: list = field(default_factory=list)
     serves: dict = field(default_factory=dict)  # device type -> sorted op names it provides kernels for
+    kernel_notes: dict = field(default_factory=dict)  # device type -> the description of its kernel set
 
     @property
     def loaded(self) -> bool:
@@ -48,6 +49,8 @@ def plugins() -> list[PluginInfo]:
             ok, reason, count, details = False, f"{type(exc).__name__}: {exc}", 0, ""
         out[plugin].backends.append(BackendInfo(dev_type, plugin, ok, reason, count, spec.description, details))
         if ok:
+            for provider, note in reg.kernel_table(dev_type).descriptions.items():
+                out.setdefault(provider, PluginInfo(provider, "", "", "")).kernel_notes[dev_type] = note
             for op, by_dtype in kernel_providers(dev_type).items():
                 for provider in set(by_dtype.values()):
                     out.setdefault(provider, PluginInfo(provider, "", "", "")).serves.setdefault(dev_type, []).append(op)
@@ -78,6 +81,8 @@ def describe(show_ops: bool = True) -> str:
             state = f"available ({b.device_count} device(s))" if b.available else f"unavailable: {b.reason}"
             about = "; ".join(x for x in (b.description, b.details) if x)
             lines.append(f"    device {b.device_type}: {state}" + (f" - {about}" if about else ""))
+        for dev_type, note in sorted(p.kernel_notes.items()):
+            lines.append(f"    kernels for {dev_type}: {note}")
     custom = registry().ops.names()
     if custom:
         lines += ["", "custom ops (a device without the op's kernel runs its decomposition, if it has one):"]
