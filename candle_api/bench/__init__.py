@@ -69,9 +69,10 @@ def main(args) -> int:
         cases = [c for c in cases if any(word in c.name for word in args.cases.split(","))]
     only = set(args.columns.split(",")) if args.columns else None
     columns, notes = runner.discover(only)
+    # the pause lets the previous column's threads park: OpenBLAS's spin for about 0.1 s after a call
     settings = runner.Settings(reps=args.reps or (3 if args.quick else 5), target=0.02 if args.quick else 0.05,
                                budget=args.budget or (1.0 if args.quick else 5.0), threads=args.threads or 0,
-                               pause=0.02 if args.quick else 0.05)
+                               pause=0.1 if args.quick else 0.2)
     progress = Progress()
     try:
         results = runner.run(cases, columns, settings, progress)
@@ -79,7 +80,8 @@ def main(args) -> int:
         progress.close()
     notes += [f"{c.name}: failed to start: {c.error}" for c in columns if c.error]
     live = [c for c in columns if not c.error]
-    baseline = args.baseline if any(c.name == args.baseline for c in live) else (live[0].name if live else "")
+    baseline = next((c.name for c in live if c.name == args.baseline), None) or next(
+        (c.name for c in live if c.name.startswith(args.baseline + "-")), live[0].name if live else "")
     out = {"command": "candle bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "candle bench",
            "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": kernel_choice.machine(),
            "threads": settings.threads, "settings": vars(settings), "baseline": baseline, "notes": notes,
@@ -99,7 +101,8 @@ def add_parser(sub) -> None:
                    "writes no kernel choice")
     p.add_argument("--out", default="bench-results", help="folder for bench.json, bench.md, bench.png "
                    "(default: ./bench-results)")
-    p.add_argument("--baseline", default="numpy", help="the column the ratios are relative to (default: numpy)")
+    p.add_argument("--baseline", default="cpu", help="the column the ratios are relative to (default: cpu, the "
+                   "cpu plugin on its default instruction set; a device name means its default code path)")
     p.add_argument("--columns", default="", help="comma-separated column names or frameworks to run (default: all)")
     p.add_argument("--cases", default="", help="comma-separated words: only the cases whose name contains one")
     p.add_argument("--threads", type=int, default=0, help="threads in every column (default: the cores)")

@@ -131,7 +131,7 @@ class Settings:
     reps: int = 5
     target: float = 0.05   # seconds per repetition
     budget: float = 5.0    # seconds one call may take before a column skips the case (and the bigger ones)
-    pause: float = 0.05    # seconds between columns
+    pause: float = 0.2     # seconds between columns
     threads: int = 0       # every column's threads (0: the cores this process may use)
 
     def __post_init__(self):

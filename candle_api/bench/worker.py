@@ -21,9 +21,7 @@ import time
 
 import numpy as np
 
-from ..testing.bench_cases import standard_cases
-
-SEED = 20261127
+from ..testing.bench_cases import runner, standard_cases
 
 
 class Column:
@@ -70,15 +68,9 @@ class Column:
 
     # ---- one case ---------------------------------------------------------------------
     def setup(self, case, budget: float, target: float) -> dict:
-        run = getattr(case, self.framework)
-        if run is None:
+        self.fn = runner(case, self.framework, getattr(self, "dev", None))
+        if self.fn is None:
             return {"skipped": f"no {case.group} op in {self.framework}"}
-        arrays = case.make(np.random.default_rng(SEED))
-        args = self._inputs(case, arrays)
-        if self.framework == "torch":
-            self.fn = lambda: run(self.torch, *args)
-        else:
-            self.fn = lambda: run(*args)
         t0 = time.perf_counter()
         self._call()
         first = time.perf_counter() - t0
@@ -90,18 +82,6 @@ class Column:
         once = max(time.perf_counter() - t0, 1e-7)
         self.inner = max(1, min(int(target / once), 1 << 20))
         return {"inner": self.inner}
-
-    def _inputs(self, case, arrays):
-        if self.framework == "numpy":
-            return arrays
-        if self.framework == "torch":
-            t = self.torch
-            return [t.from_numpy(a.astype(np.float32)).to(t.bfloat16) if a.dtype.name == "bfloat16"
-                    else t.from_numpy(a) for a in arrays]
-        from ..ops.creation import from_array
-
-        tensors = [from_array(a, None, self.dev) for a in arrays]
-        return case.prepare(self.dev, *tensors) if case.prepare else tensors
 
     def _call(self):
         self.fn()

@@ -39,6 +39,34 @@ class BenchCase:
     prepare: Callable | None = None  # prepare(device, *tensors) -> tensors: set-up outside the timing
 
 
+SEED = 20261127
+
+
+def runner(case: BenchCase, framework: str, device=None):
+    """A function of no arguments that runs the case once in ``framework`` on its inputs (made here, from
+    :data:`SEED`), or None where the framework has no such op. ``device``: candle's device."""
+    run = getattr(case, framework)
+    if run is None:
+        return None
+    arrays = case.make(np.random.default_rng(SEED))
+    if framework == "numpy":
+        return lambda: run(*arrays)
+    if framework == "torch":
+        import torch
+
+        tensors = [torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16) if a.dtype.name == "bfloat16"
+                   else torch.from_numpy(a) for a in arrays]
+        return lambda: run(torch, *tensors)
+    from ..device import get_device
+    from ..ops.creation import from_array
+
+    device = get_device(device)
+    tensors = [from_array(a, None, device) for a in arrays]
+    if case.prepare:
+        tensors = case.prepare(device, *tensors)
+    return lambda: run(*tensors)
+
+
 def _values(rng, shape, dtype="f32", lo=-1.0, hi=1.0):
     from ..dtype import get_dtype
 
@@ -71,7 +99,7 @@ def _attention(batch=8, heads=12, seq=128, dim=64, quick=False) -> list:
         return (s / s.sum(-1, keepdims=True)) @ v
 
     def candle_sdpa(q, k, v):
-        from ..nn import functional as F
+        from .. import functional as F
 
         return F.scaled_dot_product_attention(q, k, v)
 

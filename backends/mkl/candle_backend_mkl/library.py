@@ -27,12 +27,12 @@ from candle_api.errors import BackendUnavailableError
 LIB_NAME = "libmkl_rt.so.3"
 #: Set to load another libmkl_rt (tests point it at a broken one).
 ENV_LIB = "CANDLE_MKL_LIB"
-#: MKL's threading layer: gnu (the default), intel or sequential; see docs/mkl.md for the measurement
-#: that chose the default.
+#: MKL's threading layer: intel (the default), gnu or sequential; backends/mkl/README.md says why and
+#: benchmarks/mkl_threading.py measures them.
 ENV_THREADING = "CANDLE_MKL_THREADING"
 THREADING_LAYERS = {"intel": (0, "libmkl_intel_thread.so.3"), "sequential": (1, "libmkl_sequential.so.3"),
                     "gnu": (3, "libmkl_gnu_thread.so.3")}
-DEFAULT_THREADING = "gnu"
+DEFAULT_THREADING = "intel"
 
 # CBLAS enums
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
@@ -146,6 +146,11 @@ def _open(path: Path):
     except (OSError, AttributeError) as exc:
         raise BackendUnavailableError(f"{path} ({exc})") from None
     _fatal.clear()
+    if layer == "intel":
+        # Intel OpenMP's threads spin 200 ms after a product by default, taking the cores from the cpu
+        # plugin's pool; 0 puts them to sleep at once. Read when the runtime starts (MKL's first product).
+        # Only libiomp5 reads it (PyTorch's libgomp does not); a value the user set is kept.
+        os.environ.setdefault("KMP_BLOCKTIME", "0")
     lib.MKL_Set_Threading_Layer(code)  # first: any other call settles the layer
     lib.MKL_Set_Exit_Handler(_on_fatal)
     lib.MKL_Set_Num_Threads(cpu_threads())
