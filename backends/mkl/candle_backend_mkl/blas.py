@@ -81,6 +81,22 @@ def plan(la, lb):
     return p
 
 
+def planner():
+    """plan(la, lb), remembered per pair of layouts: a model multiplies the same few over and over."""
+    plans: dict = {}
+
+    def lookup(la, lb):
+        key = (la.shape, la.strides, lb.shape, lb.strides)
+        p = plans.get(key, False)
+        if p is False:
+            if len(plans) >= 1024:
+                plans.clear()
+            p = plans[key] = plan(la, lb)
+        return p
+
+    return lookup
+
+
 def _gemm_args(p, a, b, out):
     return (ROW_MAJOR, p.ta, p.tb, p.m, p.n, p.k, 1.0, a, p.lda, b, p.ldb, 0.0, out, p.n)
 
@@ -91,16 +107,10 @@ def float_matmul(lib, gate, fallback, dt, served):
     prefix = "s" if dt.name == "f32" else "d"
     gemm, batched = getattr(lib, f"cblas_{prefix}gemm_64"), getattr(lib, f"cblas_{prefix}gemm_batch_strided_64")
     gemv = getattr(lib, f"cblas_{prefix}gemv_64")
-    isz = dt.itemsize
-    plans: dict = {}
+    isz, lookup = dt.itemsize, planner()
 
     def kernel(out, a, la, b, lb):
-        key = (la.shape, la.strides, lb.shape, lb.strides)
-        p = plans.get(key, False)
-        if p is False:
-            if len(plans) >= 1024:
-                plans.clear()
-            p = plans[key] = plan(la, lb)
+        p = lookup(la, lb)
         if p is None or p.kind not in served:
             return fallback(out, a, la, b, lb)
         pa, pb = a.ptr + la.offset * isz, b.ptr + lb.offset * isz
@@ -130,16 +140,10 @@ def bf16_matmul(lib, gate, fallback, dt, served):
     """k(out, a, la, b, lb) for bf16: cblas_gemm_bf16bf16f32 into an f32 buffer, one call per matrix of the
     batch, then rounded to bf16 (nearest even)."""
     gemm = lib.cblas_gemm_bf16bf16f32_64
-    bf16 = get_dtype("bf16")
-    plans: dict = {}
+    bf16, lookup = get_dtype("bf16"), planner()
 
     def kernel(out, a, la, b, lb):
-        key = (la.shape, la.strides, lb.shape, lb.strides)
-        p = plans.get(key, False)
-        if p is False:
-            if len(plans) >= 1024:
-                plans.clear()
-            p = plans[key] = plan(la, lb)
+        p = lookup(la, lb)
         if p is None or p.kind not in served:
             return fallback(out, a, la, b, lb)
         acc = np.empty((p.batch, p.m, p.n), np.float32)
