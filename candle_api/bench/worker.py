@@ -24,7 +24,10 @@ import numpy as np
 from ..testing.bench_cases import runner, standard_cases
 
 
-class Column:
+class Worker:
+    """What one column runs the cases with: a framework, and for candle a device (and the kernel plugin the
+    column forces on, checked to be serving)."""
+
     def __init__(self, framework: str, device: str, plugin: str, threads: int):
         self.framework, self.device, self.plugin = framework, device, plugin
         self.fn = None
@@ -105,7 +108,7 @@ def main() -> int:
         reply.flush()
 
     try:
-        column = Column(framework, device, plugin, int(os.environ.get("CANDLE_NUM_THREADS", "1")))
+        column = Worker(framework, device, plugin, int(os.environ.get("CANDLE_NUM_THREADS", "1")))
         send({"ready": column.about()})
     except Exception as exc:
         send({"error": f"{type(exc).__name__}: {exc}"})

@@ -19,7 +19,7 @@ import os
 import re
 import sys
 import threading
-from ctypes import CFUNCTYPE, c_char_p, c_double, c_float, c_int, c_int64, c_uint16, c_void_p
+from ctypes import CFUNCTYPE, c_char_p, c_double, c_float, c_int, c_int64, c_void_p
 from pathlib import Path
 
 from candle_api.errors import BackendUnavailableError
