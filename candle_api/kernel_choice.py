@@ -55,19 +55,22 @@ _ISA_FLAGS = ("avx512f", "avx512_bf16", "avx512_vnni", "avx2", "fma", "amx_tile"
 
 
 def machine() -> dict:
-    """What a choice depends on: the CPU model, its logical cores and instruction set extensions."""
-    model, flags = platform.processor() or platform.machine(), set()
+    """What a choice depends on: the CPU's vendor and model, its logical cores and instruction set
+    extensions."""
+    model, vendor, flags = platform.processor() or platform.machine(), "", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
-            if key.strip() == "model name":
+            if key.strip() == "vendor_id":
+                vendor = value.strip()
+            elif key.strip() == "model name":
                 model = value.strip()
             elif key.strip() in ("flags", "Features"):
                 flags = set(value.split())
                 break
     except OSError:
         pass
-    return {"cpu": model, "cores": os.cpu_count(), "isa": [f for f in _ISA_FLAGS if f in flags]}
+    return {"cpu": model, "vendor": vendor, "cores": os.cpu_count(), "isa": [f for f in _ISA_FLAGS if f in flags]}
 
 
 def read(plugin: str) -> tuple[dict | None, str]:

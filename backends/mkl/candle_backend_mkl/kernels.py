@@ -6,7 +6,7 @@ two kinds of product told apart (a matrix-vector product when m or n is 1 in
 an unbatched product). ``CANDLE_FORCE_PLUGINS=mkl`` serves them all; otherwise
 the verdicts ``candle bench`` wrote for this machine
 (:mod:`candle_api.kernel_choice`), and for a key it did not measure,
-:data:`DEFAULTS`. Each served kernel falls back to the cpu plugin's kernel for
+:func:`defaults`. Each served kernel falls back to the cpu plugin's kernel for
 the layouts MKL cannot take.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import partial
 
 from candle_api.dtype import get_dtype
-from candle_api.kernel_choice import forced, read
+from candle_api.kernel_choice import forced, machine, read
 
 from . import blas, vml
 
@@ -26,10 +26,15 @@ MATMUL_KINDS = (blas.GEMM, blas.GEMV)
 KEYS = tuple([f"matmul/{d}@{kind}" for d in ("f32", "f64", "bf16") for kind in MATMUL_KINDS]
              + [f"{op}/{d}" for op in (*vml.UNARY, "powf", "pow") for d in ("f32", "f64")])
 
-#: Served where no benchmark chose (no file, or one from another machine): the BLAS products of f32 and
-#: f64, which MKL runs at least as fast as the cpu plugin on the x86 machines measured in docs/mkl.md.
-#: Vector math and bf16 wait for a measurement on the machine at hand.
-DEFAULTS = frozenset(f"matmul/{d}@{kind}" for d in ("f32", "f64") for kind in MATMUL_KINDS)
+#: Served where no benchmark chose (no file, or one from another machine) on an Intel CPU: the f32 and f64
+#: BLAS products, the kernels MKL is built around. On other CPUs MKL runs its generic code paths (it loads
+#: libmkl_def), so nothing is served there until `candle bench` has measured it faster; vector math and
+#: bf16 wait for a measurement everywhere.
+INTEL_DEFAULTS = frozenset(f"matmul/{d}@{kind}" for d in ("f32", "f64") for kind in MATMUL_KINDS)
+
+
+def defaults() -> frozenset:
+    return INTEL_DEFAULTS if machine()["vendor"] == "GenuineIntel" else frozenset()
 
 
 def choose() -> tuple[frozenset, str]:
@@ -38,8 +43,9 @@ def choose() -> tuple[frozenset, str]:
         return frozenset(KEYS), "every kernel, forced by CANDLE_FORCE_PLUGINS"
     verdicts, source = read(PLUGIN)
     if verdicts is None:
-        return DEFAULTS, f"the defaults ({source})"
-    return frozenset(k for k in KEYS if verdicts.get(k, k in DEFAULTS)), f"chosen by candle bench: {source}"
+        return defaults(), f"the defaults for {machine()['vendor'] or 'this'} CPUs ({source})"
+    fallback = defaults()
+    return frozenset(k for k in KEYS if verdicts.get(k, k in fallback)), f"chosen by candle bench: {source}"
 
 
 def build(lib, gate, served: frozenset) -> dict:

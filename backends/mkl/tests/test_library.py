@@ -33,11 +33,16 @@ def probe(**env):
     return json.loads(proc.stdout)
 
 
-def test_defaults_without_a_choice_serve_the_blas_products_only():
+def test_defaults_without_a_choice():
+    """The f32/f64 BLAS products on an Intel CPU, nothing elsewhere (MKL's generic code paths)."""
     result = probe()
     assert result["product"] == [[7.0, 10.0], [15.0, 22.0]]
-    assert result["matmul"] == "mkl" and result["exp"] == "cpu"
-    assert "kernels for cpu: Intel oneMKL" in result["info"] and "the defaults (no " in result["info"]
+    intel = "matmul/f32@gemm" in kernels.defaults()
+    assert result["matmul"] == ("mkl" if intel else "cpu") and result["exp"] == "cpu"
+    if intel:
+        assert "kernels for cpu: Intel oneMKL" in result["info"] and "the defaults for GenuineIntel" in result["info"]
+    else:
+        assert "kernels for cpu: Intel MKL: no kernel served: the defaults for" in result["info"]
 
 
 def test_forced_serves_every_kernel():
@@ -67,15 +72,15 @@ def test_a_file_that_is_not_a_library_gives_a_reason(tmp_path):
 def test_a_library_without_its_parts_gives_a_reason(tmp_path):
     real = library.candidates()[0]
     shutil.copy(real, tmp_path / real.name)  # libmkl_rt alone: MKL would end the process at its first call
-    result = probe(CANDLE_MKL_LIB=str(tmp_path / real.name))
+    result = probe(CANDLE_MKL_LIB=str(tmp_path / real.name), CANDLE_FORCE_PLUGINS="mkl")
     assert result["matmul"] == "cpu"
     assert "libmkl_core.so.3 is missing beside it" in result["errors"]["mkl"]
 
 
 def test_a_missing_library_and_a_bad_threading_layer(tmp_path):
-    result = probe(CANDLE_MKL_LIB=str(tmp_path / "nowhere.so"))
+    result = probe(CANDLE_MKL_LIB=str(tmp_path / "nowhere.so"), CANDLE_FORCE_PLUGINS="mkl")
     assert "(not found)" in result["errors"]["mkl"] and result["matmul"] == "cpu"
-    result = probe(CANDLE_MKL_THREADING="pthreads")
+    result = probe(CANDLE_MKL_THREADING="pthreads", CANDLE_FORCE_PLUGINS="mkl")
     assert "CANDLE_MKL_THREADING='pthreads'" in result["errors"]["mkl"] and result["matmul"] == "cpu"
 
 
@@ -93,8 +98,9 @@ def test_a_fatal_error_after_loading_is_an_exception_not_an_exit(tmp_path):
 def test_the_choice_file_decides_per_kernel(monkeypatch, tmp_path):
     monkeypatch.setenv("CANDLE_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("CANDLE_FORCE_PLUGINS")
-    assert kernels.choose() == (kernels.DEFAULTS, f"the defaults (no {kernel_choice.path('mkl')}: run `candle "
-                                                   "bench` to choose)")
+    monkeypatch.setattr(kernels, "machine", lambda: {"vendor": "GenuineIntel"})
+    served, why = kernels.choose()
+    assert served == kernels.INTEL_DEFAULTS and why.startswith("the defaults for GenuineIntel CPUs (no ")
     kernel_choice.write("mkl", {"matmul/f32@gemm": {"serve": False}, "exp/f32": {"serve": True}}, "test")
     served, why = kernels.choose()
     assert "exp/f32" in served and "matmul/f32@gemm" not in served
@@ -104,7 +110,9 @@ def test_the_choice_file_decides_per_kernel(monkeypatch, tmp_path):
     data["machine"]["cpu"] = "another CPU"
     kernel_choice.path("mkl").write_text(json.dumps(data))
     served, why = kernels.choose()
-    assert served == kernels.DEFAULTS and "measured on another machine" in why
+    assert served == kernels.INTEL_DEFAULTS and "measured on another machine" in why
+    monkeypatch.setattr(kernels, "machine", lambda: {"vendor": "AuthenticAMD"})
+    assert kernels.choose()[0] == frozenset()
 
 
 def test_mkl_follows_the_cpu_thread_count():
