@@ -109,3 +109,10 @@ def test_progress_without_a_terminal():
         p.tick()
     lines = stream.getvalue().splitlines()
     assert lines[0] == "candle bench: 5% (case)" and lines[-1] == "candle bench: 100% (case)" and len(lines) == 11
+
+
+def test_unknown_columns_and_cases_are_one_line_errors():
+    from candle_api.cli import main
+
+    assert main(["bench", "--columns", "nosuch", "--quick"]) == 1
+    assert main(["bench", "--cases", "nosuch", "--quick"]) == 1

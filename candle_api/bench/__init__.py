@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from .. import kernel_choice
+from ..errors import ArgumentError
 from ..testing.bench_cases import standard_cases
 from . import report, runner
 
@@ -67,8 +68,12 @@ def main(args) -> int:
     cases = [c for c in standard_cases() if c.quick or not args.quick]
     if args.cases:
         cases = [c for c in cases if any(word in c.name for word in args.cases.split(","))]
-    only = set(args.columns.split(",")) if args.columns else None
+    only = {c.strip() for c in args.columns.split(",") if c.strip()} if args.columns else None
     columns, notes = runner.discover(only)
+    if not columns or not cases:
+        every = ", ".join(c.name for c in runner.discover()[0])
+        raise ArgumentError(f"no column matches --columns {args.columns!r} (columns here: {every})" if not columns
+                            else f"no case matches --cases {args.cases!r}")
     # the pause lets the previous column's threads park: OpenBLAS's spin for about 0.1 s after a call
     settings = runner.Settings(reps=args.reps or (3 if args.quick else 5), target=0.02 if args.quick else 0.05,
                                budget=args.budget or (1.0 if args.quick else 5.0), threads=args.threads or 0,
