@@ -11,6 +11,7 @@ reads (candle_api.kernel_choice). docs/benchmarks.md has a run's chart.
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 from pathlib import Path
 
@@ -79,10 +80,14 @@ def main(args) -> int:
                                budget=args.budget or (1.0 if args.quick else 5.0), threads=args.threads or 0,
                                pause=0.1 if args.quick else 0.2)
     progress = Progress()
+    load_before = os.getloadavg()[0]
     try:
         results = runner.run(cases, columns, settings, progress)
     finally:
         progress.close()
+    # other processes' load, which the interleaving spreads over every column but cannot remove
+    notes.append(f"load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
+                 f"on {os.cpu_count()} logical cores")
     notes += [f"{c.name}: failed to start: {c.error}" for c in columns if c.error]
     live = [c for c in columns if not c.error]
     baseline = next((c.name for c in live if c.name == args.baseline), None) or next(
