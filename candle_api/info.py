@@ -39,7 +39,7 @@ def plugins() -> list[PluginInfo]:
     run time), with its version, load error if any, the devices it provides and,
     per available device, the ops it serves."""
     reg = registry()
-    out = {r.name: PluginInfo(r.name, r.distribution, r.version, r.error) for r in reg.records()}
+    found = []
     for dev_type, (spec, plugin) in sorted(reg.backends().items()):
         try:
             ok, reason = spec.availability()
@@ -47,13 +47,19 @@ def plugins() -> list[PluginInfo]:
             details = spec.details() if ok else ""
         except Exception as exc:  # availability must never take `candle info` down
             ok, reason, count, details = False, f"{type(exc).__name__}: {exc}", 0, ""
-        out[plugin].backends.append(BackendInfo(dev_type, plugin, ok, reason, count, spec.description, details))
-        if ok:
-            for provider, note in reg.kernel_table(dev_type).descriptions.items():
-                out.setdefault(provider, PluginInfo(provider, "", "", "")).kernel_notes[dev_type] = note
-            for op, by_dtype in kernel_providers(dev_type).items():
+        if ok:  # built before the records are read: a kernel plugin whose hook fails (mkl without its library)
+            reg.kernel_table(dev_type)  # is recorded, and shown with the reason
+        found.append(BackendInfo(dev_type, plugin, ok, reason, count, spec.description, details))
+    out = {r.name: PluginInfo(r.name, r.distribution, r.version, r.error) for r in reg.records()}
+    for b in found:
+        out[b.plugin].backends.append(b)
+        if b.available:
+            for provider, note in reg.kernel_table(b.device_type).descriptions.items():
+                out.setdefault(provider, PluginInfo(provider, "", "", "")).kernel_notes[b.device_type] = note
+            for op, by_dtype in kernel_providers(b.device_type).items():
                 for provider in set(by_dtype.values()):
-                    out.setdefault(provider, PluginInfo(provider, "", "", "")).serves.setdefault(dev_type, []).append(op)
+                    out.setdefault(provider, PluginInfo(provider, "", "", "")).serves.setdefault(
+                        b.device_type, []).append(op)
     return list(out.values())
 
 

@@ -149,3 +149,13 @@ def test_concurrent_callers_get_right_answers():
     for t in threads:
         t.join(60)
     assert not errors, errors[0]
+
+
+def test_candle_info_gives_the_reason_before_any_op(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "CANDLE_MKL_LIB"}
+    env.update(CANDLE_MKL_LIB=str(tmp_path / "libmkl_rt.so.3"), CANDLE_FORCE_PLUGINS="mkl")
+    proc = subprocess.run([sys.executable, "-m", "candle_api.cli", "info"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "mkl: candle-backend-mkl" in proc.stdout and "(not found)" in proc.stdout
+    assert "  matmul: bf16 f16 f32 f64 i16 i32 i64 u32 u8 <- cpu" in proc.stdout  # the cpu plugin serves all
