@@ -118,7 +118,7 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=0, help="threads in every column (default: the cores)")
     p.add_argument("--reps", type=int, default=0, help="interleaved repetitions per case (default 5, quick 3)")
     p.add_argument("--budget", type=float, default=0.0,
-                   help="seconds one call may take before a column skips the case and the larger ones of its group "
+                   help="seconds one call may take before a column skips the case and the larger ones of its series "
                         "(default 5, quick 1)")
     p.add_argument("--no-choice", action="store_true", help="do not write the kernel plugins' choices")
     p.set_defaults(func=main)

@@ -74,7 +74,7 @@ def chart(report: dict, path: Path) -> str:
     cols = [c["name"] for c in report["columns"] if c["name"] != report["baseline"]]
     cases = report["cases"]
     height = 0.8 / max(len(cols), 1)
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(cases) * max(1, len(cols) / 3) + 1.5))
+    fig, ax = plt.subplots(figsize=(10, 0.3 * len(cases) * max(1, len(cols) / 3) + 1.5))
     colors = plt.get_cmap("tab10")
     for j, col in enumerate(cols):
         ys, xs = [], []

@@ -130,7 +130,7 @@ def _read(col: Column) -> dict:
 class Settings:
     reps: int = 5
     target: float = 0.05   # seconds per repetition
-    budget: float = 5.0    # seconds one call may take before a column skips the case (and the bigger ones)
+    budget: float = 5.0    # seconds one call may take before a column skips the case and the larger ones of its series
     pause: float = 0.2     # seconds between columns
     threads: int = 0       # every column's threads (0: the cores this process may use)
 
@@ -142,9 +142,10 @@ class Settings:
 def run_case(case, columns: list[Column], settings: Settings, over_budget: dict, tick) -> dict:
     """{column: {"median", "spread", "reps"} or {"skipped"}} for one case."""
     result, active = {}, []
+    series = case.name.rsplit(" ", 1)[0]  # "gemm f32" of "gemm f32 1024": cases in growing sizes
     for col in columns:
-        if case.group in over_budget.get(col.name, ()):
-            result[col.name] = {"skipped": "a smaller case of its group was over budget"}
+        if series in over_budget.get(col.name, ()):
+            result[col.name] = {"skipped": "a smaller case of its series was over budget"}
         else:
             answer = _ask(col, {"setup": case.name, "budget": settings.budget, "target": settings.target})
             if "inner" in answer:
@@ -152,7 +153,7 @@ def run_case(case, columns: list[Column], settings: Settings, over_budget: dict,
             else:
                 result[col.name] = {"skipped": answer.get("skipped", "?")}
                 if "budget" in result[col.name]["skipped"]:
-                    over_budget.setdefault(col.name, set()).add(case.group)
+                    over_budget.setdefault(col.name, set()).add(series)
         tick()
     times = {col.name: [] for col in active}
     for rep in range(settings.reps):
