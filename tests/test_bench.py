@@ -116,3 +116,15 @@ def test_unknown_columns_and_cases_are_one_line_errors():
 
     assert main(["bench", "--columns", "nosuch", "--quick"]) == 1
     assert main(["bench", "--cases", "nosuch", "--quick"]) == 1
+
+
+def test_a_case_over_budget_skips_the_larger_ones_of_its_series_only(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "candle_api.cli", "bench", "--quick", "--columns", "numpy",
+                           "--cases", "gemm,add 4", "--budget", "1e-9", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    results = {c["name"]: c["results"]["numpy"] for c in json.loads((tmp_path / "bench.json").read_text())["cases"]}
+    assert "over the budget of 1e-09 s" in results["gemm f32 512"]["skipped"]
+    assert results["gemm f32 1024"]["skipped"] == "a smaller case of its series was over budget"
+    assert results["gemm bf16 1024"]["skipped"] == "no gemm op in numpy"
+    assert "over the budget" in results["per-op overhead: add 4 f32"]["skipped"]  # its own call, not the series
