@@ -30,13 +30,11 @@ ENV_FORCE = "CANDLE_FORCE_PLUGINS"
 FORMAT = 1
 
 
-def _names(env: str) -> set[str]:
-    return {n.strip() for n in os.environ.get(env, "").split(",") if n.strip()}
-
-
 def forced(plugin: str) -> bool:
     """True when CANDLE_FORCE_PLUGINS names the plugin (or is ``all``)."""
-    names = _names(ENV_FORCE)
+    from .registry import env_names
+
+    names = env_names(ENV_FORCE)
     return plugin in names or "all" in names
 
 

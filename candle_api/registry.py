@@ -29,9 +29,9 @@ ENTRY_POINT_GROUP = "candle_api"
 ENV_DISABLE = "CANDLE_DISABLE_PLUGINS"
 
 
-def disabled_plugins() -> set[str]:
-    """The entry point names CANDLE_DISABLE_PLUGINS turns off."""
-    return {n.strip() for n in os.environ.get(ENV_DISABLE, "").split(",") if n.strip()}
+def env_names(variable: str) -> set[str]:
+    """The comma-separated plugin names an environment variable holds (CANDLE_DISABLE_PLUGINS, ...)."""
+    return {n.strip() for n in os.environ.get(variable, "").split(",") if n.strip()}
 
 
 @dataclass
@@ -112,7 +112,7 @@ class Registry:
             from importlib import metadata  # slow to import; only needed here, once
 
             self._pm.hook.candle_api_custom_ops.call_historic(kwargs={"registry": self.ops})
-            disabled = disabled_plugins()
+            disabled = env_names(ENV_DISABLE)
             for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
                 self._load_entry_point(ep, ep.name in disabled)
             self._loaded = True
