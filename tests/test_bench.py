@@ -128,3 +128,13 @@ def test_a_case_over_budget_skips_the_larger_ones_of_its_series_only(tmp_path):
     assert results["gemm f32 1024"]["skipped"] == "a smaller case of its series was over budget"
     assert results["gemm bf16 1024"]["skipped"] == "no gemm op in numpy"
     assert "over the budget" in results["per-op overhead: add 4 f32"]["skipped"]  # its own call, not the series
+
+
+def test_over_budget_estimates_from_the_smaller_case():
+    from candle_api.bench.runner import _over_budget
+
+    seen = {("c", "gemm f32"): (1.0, 2 * 1024**3), ("c", "gemm f64"): "over"}
+    assert _over_budget(seen, ("c", "gemm f32"), 2 * 2048**3, 5.0).startswith("about 8 s a call")
+    assert _over_budget(seen, ("c", "gemm f32"), 2 * 2048**3, 10.0) == ""
+    assert _over_budget(seen, ("c", "gemm f64"), 1.0, 10.0) == "a smaller case of its series was over budget"
+    assert _over_budget(seen, ("d", "gemm f32"), 1.0, 10.0) == ""

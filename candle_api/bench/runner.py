@@ -139,21 +139,37 @@ class Settings:
             self.threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def run_case(case, columns: list[Column], settings: Settings, over_budget: dict, tick) -> dict:
-    """{column: {"median", "spread", "reps"} or {"skipped"}} for one case."""
+def _over_budget(seen: dict, key: tuple, work: float, budget: float) -> str:
+    """Why a column skips a case without calling it ("" when it does not): a smaller case of the series was
+    over budget, or its time scaled by the work says this one would be."""
+    prev = seen.get(key)
+    if prev is None:
+        return ""
+    if prev == "over":
+        return "a smaller case of its series was over budget"
+    seconds, prev_work = prev
+    estimate = seconds * work / prev_work if work and prev_work else 0.0
+    return f"about {estimate:.0f} s a call from the smaller case, over the budget of {budget:g} s" \
+        if estimate > budget else ""
+
+
+def run_case(case, columns: list[Column], settings: Settings, seen: dict, tick) -> dict:
+    """{column: {"median", "spread", "reps"} or {"skipped"}} for one case. ``seen`` keeps, per (column,
+    series), the last case's time and work, or "over" (a series: "gemm f32" of "gemm f32 1024", in growing
+    sizes)."""
     result, active = {}, []
-    series = case.name.rsplit(" ", 1)[0]  # "gemm f32" of "gemm f32 1024": cases in growing sizes
+    series = case.name.rsplit(" ", 1)[0]
     for col in columns:
-        if series in over_budget.get(col.name, ()):
-            result[col.name] = {"skipped": "a smaller case of its series was over budget"}
-        else:
+        why = _over_budget(seen, (col.name, series), case.work, settings.budget)
+        if not why:
             answer = _ask(col, {"setup": case.name, "budget": settings.budget, "target": settings.target})
-            if "inner" in answer:
-                active.append(col)
-            else:
-                result[col.name] = {"skipped": answer.get("skipped", "?")}
-                if "budget" in result[col.name]["skipped"]:
-                    over_budget.setdefault(col.name, set()).add(series)
+            why = "" if "inner" in answer else answer.get("skipped", "?")
+        if why:
+            result[col.name] = {"skipped": why}
+            if "budget" in why:
+                seen[(col.name, series)] = "over"
+        else:
+            active.append(col)
         tick()
     times = {col.name: [] for col in active}
     for rep in range(settings.reps):
@@ -172,6 +188,7 @@ def run_case(case, columns: list[Column], settings: Settings, over_budget: dict,
         if col.name not in result and ts:
             med = statistics.median(ts)
             result[col.name] = {"median": med, "spread": (max(ts) - min(ts)) / med if med else 0.0, "reps": len(ts)}
+            seen[(col.name, series)] = (med, case.work)
     return result
 
 
@@ -181,11 +198,11 @@ def run(cases, columns: list[Column], settings: Settings, progress) -> dict:
     try:
         live = start(columns, settings.threads, log)
         progress.total = len(cases) * len(live) * (1 + settings.reps)
-        over_budget: dict = {}
+        seen: dict = {}
         results = {}
         for case in cases:
             progress.label = case.name
-            results[case.name] = run_case(case, live, settings, over_budget, progress.tick)
+            results[case.name] = run_case(case, live, settings, seen, progress.tick)
         return results
     finally:
         stop(columns)
