@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="list plugins, devices and which plugin serves each op")
     info.add_argument("--brief", action="store_true", help="plugins and devices only, without the op table")
     info.set_defaults(func=_info)
+    from .bench import add_parser as add_bench
+
+    add_bench(sub)
     for ep in metadata.entry_points(group=CLI_GROUP):
         try:
             ep.load()(sub)

@@ -28,6 +28,7 @@ class PluginInfo:
     error: str
     backends: list = field(default_factory=list)
     serves: dict = field(default_factory=dict)  # device type -> sorted op names it provides kernels for
+    kernel_notes: dict = field(default_factory=dict)  # device type -> the description of its kernel set
 
     @property
     def loaded(self) -> bool:
@@ -39,7 +40,7 @@ def plugins() -> list[PluginInfo]:
     run time), with its version, load error if any, the devices it provides and,
     per available device, the ops it serves."""
     reg = registry()
-    out = {r.name: PluginInfo(r.name, r.distribution, r.version, r.error) for r in reg.records()}
+    found = []
     for dev_type, (spec, plugin) in sorted(reg.backends().items()):
         try:
             ok, reason = spec.availability()
@@ -48,12 +49,19 @@ def plugins() -> list[PluginInfo]:
             aliases = tuple(spec.aliases()) if ok else ()
         except Exception as exc:  # availability must never take `candle info` down
             ok, reason, count, details, aliases = False, f"{type(exc).__name__}: {exc}", 0, "", ()
-        out[plugin].backends.append(BackendInfo(dev_type, plugin, ok, reason, count, spec.description, details,
-                                                aliases))
-        if ok:
-            for op, by_dtype in kernel_providers(dev_type).items():
+        if ok:  # built before the records are read: a kernel plugin whose hook fails (mkl without its library)
+            reg.kernel_table(dev_type)  # is recorded, and shown with the reason
+        found.append(BackendInfo(dev_type, plugin, ok, reason, count, spec.description, details, aliases))
+    out = {r.name: PluginInfo(r.name, r.distribution, r.version, r.error) for r in reg.records()}
+    for b in found:
+        out[b.plugin].backends.append(b)
+        if b.available:
+            for provider, note in reg.kernel_table(b.device_type).descriptions.items():
+                out.setdefault(provider, PluginInfo(provider, "", "", "")).kernel_notes[b.device_type] = note
+            for op, by_dtype in kernel_providers(b.device_type).items():
                 for provider in set(by_dtype.values()):
-                    out.setdefault(provider, PluginInfo(provider, "", "", "")).serves.setdefault(dev_type, []).append(op)
+                    out.setdefault(provider, PluginInfo(provider, "", "", "")).serves.setdefault(
+                        b.device_type, []).append(op)
     return list(out.values())
 
 
@@ -101,6 +109,8 @@ def describe(show_ops: bool = True) -> str:
             about = "; ".join(x for x in (b.description, b.details) if x)
             also = f" (also {', '.join(b.aliases)})" if b.aliases else ""
             lines.append(f"    device {b.device_type}{also}: {state}" + (f" - {about}" if about else ""))
+        for dev_type, note in sorted(p.kernel_notes.items()):
+            lines.append(f"    kernels for {dev_type}: {note}")
     custom = registry().ops.names()
     if custom:
         lines += ["", "custom ops (a device without the op's kernel runs its decomposition, if it has one):"]

@@ -1,6 +1,14 @@
 """Fixtures shared by the test folders."""
 
+import os
+import tempfile
+
 import pytest
+
+# The kernel plugins' per-machine choices (`candle bench` writes them) are read from a scratch cache, so a
+# kernel plugin installed here serves its documented defaults: the tests do not depend on what a benchmark
+# measured on this machine.
+os.environ["CANDLE_CACHE_DIR"] = tempfile.mkdtemp(prefix="candle-tests-cache-")
 
 
 @pytest.fixture(scope="session")

@@ -232,3 +232,21 @@ def test_cli_info_lists_the_cpu_device():
     assert proc.returncode == 0, proc.stderr
     assert "device cpu: available" in proc.stdout
     assert "matmul:" in proc.stdout and "<- cpu" in proc.stdout
+
+
+def test_disabled_plugins_are_listed_and_never_imported(tmp_path, monkeypatch):
+    make_distribution(tmp_path, "candle-override-plugin", "override_plugin", OVERRIDE_PLUGIN, "override")
+    monkeypatch.setenv("CANDLE_DISABLE_PLUGINS", "override, nonexistent")
+    out = run_python("""
+        import json, sys
+        import candle_api as c
+        from candle_api.info import describe, kernel_providers
+        x = c.Tensor([1.0, 2.0])
+        print(json.dumps({"exp": [round(v, 4) for v in x.exp().values()],
+                          "provider": kernel_providers("cpu")["exp"]["f32"],
+                          "imported": "override_plugin" in sys.modules,
+                          "info": describe(show_ops=False)}))
+    """, tmp_path)
+    result = json.loads(out)
+    assert result["exp"] == [2.7183, 7.3891] and result["provider"] == "cpu" and not result["imported"]
+    assert "override: candle-override-plugin 0.1  [NOT LOADED: disabled by CANDLE_DISABLE_PLUGINS]" in result["info"]

@@ -35,6 +35,11 @@ def pytest_addoption(parser):
         help="fail, instead of skipping, a case whose kernel the device lacks (for a backend that claims the "
         "whole contract for the dtypes it holds; a case in a dtype it does not hold is skipped either way)",
     )
+    group.addoption(
+        "--candle-bench-all",
+        action="store_true",
+        help="candle_api.testing.benchmarks: every standard case, not only those of `candle bench --quick`",
+    )
 
 
 def pytest_configure(config):
