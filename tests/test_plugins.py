@@ -67,7 +67,9 @@ def make_distribution(root, dist_name, module_name, source, entry_name):
 
 
 def run_python(code, path=None):
-    env = dict(os.environ)
+    # A fresh interpreter, with none of the plugin switches a developer (or backends/mkl/tests' conftest, in
+    # the same session) may have set: these tests expect each plugin on its own defaults.
+    env = {k: v for k, v in os.environ.items() if k not in ("CANDLE_FORCE_PLUGINS", "CANDLE_DISABLE_PLUGINS")}
     if path is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
