@@ -120,6 +120,9 @@ def test_safetensors_conversion_logits_and_greedy_tokens_match_transformers(safe
     assert c.load(safetensors_folder / "model.safetensors").format == "safetensors"
     config = json.loads((safetensors_folder / "config.json").read_text())
     assert config["architectures"] == ["WhisperForConditionalGeneration"] and config["vocab_size"] == 51864
+    generation = json.loads((safetensors_folder / "generation_config.json").read_text())
+    assert (generation["decoder_start_token_id"], generation["eos_token_id"], generation["no_timestamps_token_id"],
+            generation["is_multilingual"]) == (50257, 50256, 50362, False)  # what transformers' generate reads
     model, tokens = safetensors_model
     _check_logits(model, reference)
     _check_greedy(model, tokens, reference)

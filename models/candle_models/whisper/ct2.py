@@ -67,10 +67,25 @@ def hf_config(tensors) -> dict:
 
 
 def generation_config(ct2_config: dict) -> dict:
-    """transformers' generation_config.json fields from CTranslate2's config.json."""
+    """transformers' generation_config.json fields from CTranslate2's config.json: the suppressed tokens."""
     names = {"suppress_ids": "suppress_tokens", "suppress_ids_begin": "begin_suppress_tokens",
-             "alignment_heads": "alignment_heads", "lang_ids": "lang_ids"}
+             "alignment_heads": "alignment_heads"}
     return {ours: ct2_config[theirs] for theirs, ours in names.items() if theirs in ct2_config}
+
+
+def _special_ids(tokens, config: dict, generation: dict) -> tuple[dict, dict]:
+    """config.json's and generation_config.json's special token ids, as transformers' Whisper checkpoints
+    give them (the initial timestamp at most 1 s, as openai-whisper decodes)."""
+    ids = {"bos_token_id": tokens.sot, "decoder_start_token_id": tokens.sot, "eos_token_id": tokens.eot,
+           "pad_token_id": tokens.eot}
+    generation = {**generation, **ids, "no_timestamps_token_id": tokens.no_timestamps,
+                  "prev_sot_token_id": tokens.sot_prev, "is_multilingual": tokens.multilingual,
+                  "max_initial_timestamp_index": 50, "max_length": config["max_target_positions"],
+                  "return_timestamps": False}
+    if tokens.multilingual:
+        generation["lang_to_id"] = {f"<|{code}|>": i for code, i in tokens.languages.items()}
+        generation["task_to_id"] = {"transcribe": tokens.transcribe, "translate": tokens.translate}
+    return {**config, **ids}, generation
 
 
 def _dequantized(tensors, name: str) -> c.Tensor:
@@ -173,11 +188,19 @@ def load(path: Path) -> tuple[dict, dict, c.io.TensorFile]:
 
 
 def convert(src: str | Path, dst: str | Path, dtype: str | None = None) -> Path:
-    """Writes the CTranslate2 Whisper model at ``src`` (its folder or model.bin) as a transformers folder
-    ``dst``: config.json, generation_config.json, model.safetensors (in ``dtype``, default the file's float
-    dtype; quantized weights become f32) and the tokenizer files found beside the model. Returns ``dst``."""
+    """Writes the CTranslate2 Whisper model at ``src`` (its folder or model.bin, with tokenizer.json beside
+    it) as a transformers folder ``dst`` that transformers' WhisperForConditionalGeneration loads and
+    generates from: config.json, generation_config.json (special token ids, suppressed tokens),
+    model.safetensors (in ``dtype``, default the file's float dtype; quantized weights become f32) and
+    the tokenizer files. Returns ``dst``."""
+    from ..tokenizer import Tokenizer
+    from .tokens import WhisperTokens
+
     src, dst = Path(src), Path(dst)
     config, generation, tensors = load(src)
+    folder = src if src.is_dir() else src.parent
+    tokens = WhisperTokens(Tokenizer.from_folder(folder), config["vocab_size"])
+    config, generation = _special_ids(tokens, config, generation)
     dst.mkdir(parents=True, exist_ok=True)
     weights = {}
     for name in tensors:
@@ -186,7 +209,6 @@ def convert(src: str | Path, dst: str | Path, dtype: str | None = None) -> Path:
     c.save(weights, dst / "model.safetensors")
     (dst / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (dst / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")
-    folder = src if src.is_dir() else src.parent
     for name in ("tokenizer.json", "vocabulary.json", "vocabulary.txt", "preprocessor_config.json"):
         if (folder / name).is_file():
             shutil.copyfile(folder / name, dst / name)
