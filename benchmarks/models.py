@@ -29,7 +29,6 @@ import time
 
 import harness  # noqa: F401  (before numpy: pins thread pools)
 import numpy as np
-import whisper_speed
 
 import candle_api as c
 from candle_models import default_model
@@ -211,6 +210,8 @@ def main() -> int:
         if "ratio" in r:
             print(f"  candle-api / transformers: {r['ratio']:.2f}x (f32, same tokens: {r['same tokens']}), "
                   f"{r['bf16 ratio']:.2f}x with bf16 weights")
+    import whisper_speed  # it imports this module's helpers
+
     misses += whisper_speed.report()
     if _torch() is None:
         print("target not judged: no PyTorch baseline in this environment")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import harness  # noqa: F401  (before numpy: pins thread pools)
@@ -29,6 +28,7 @@ from candle_models import default_model
 from candle_models.whisper import DecodingOptions, load, resample, transcribe
 from candle_models.whisper.features import N_SAMPLES
 from candle_models.whisper.transcribe import text_of
+from models import _torch, interleaved_runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "models"))
 import whisper_speech as speech  # noqa: E402
@@ -83,15 +83,6 @@ def torch_transcribe(torch, folder: Path, audio: np.ndarray):
     return run
 
 
-def _torch():
-    try:
-        import torch
-        import transformers  # noqa: F401
-    except ImportError:
-        return None
-    return torch
-
-
 def seconds_per_transcription(threads: int, audio: np.ndarray) -> dict:
     """{variant: median seconds}, "spread %", the texts, and with transformers "ratio" (its time over ours)."""
     torch, folder = _torch(), default_model("transcribe")
@@ -101,13 +92,7 @@ def seconds_per_transcription(threads: int, audio: np.ndarray) -> dict:
         torch.set_num_threads(threads)
         variants["transformers"] = torch_transcribe(torch, folder, audio)
     texts = {name: run() for name, run in variants.items()}  # also warms up
-    times = {name: [] for name in variants}
-    for _ in range(REPS):
-        for name, run in variants.items():
-            time.sleep(0.2)  # parks the other library's spinning threads
-            t0 = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - t0)
+    times = {name: [t for t, _ in runs] for name, runs in interleaved_runs(variants, REPS).items()}
     result = {name: harness.median(t) for name, t in times.items()}
     result["spread %"] = {name: harness.spread(t) for name, t in times.items()}
     result["texts"] = texts

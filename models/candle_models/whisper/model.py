@@ -204,6 +204,16 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.final_layer_norm(x))
 
 
+def _stack(layer, n: int, config: WhisperConfig, vb: nn.VarBuilder, progress) -> nn.ModuleList:
+    """``n`` layers from ``layers.0`` on; ``progress`` advances once per layer built."""
+    layers = []
+    for i in range(n):
+        layers.append(layer(config, vb.pp("layers").pp(i)))
+        if progress is not None:
+            progress.update()
+    return nn.ModuleList(layers)
+
+
 class WhisperEncoder(nn.Module):
     def __init__(self, config: WhisperConfig, vb: nn.VarBuilder, progress=None):
         super().__init__()
@@ -212,12 +222,7 @@ class WhisperEncoder(nn.Module):
         self.conv1 = nn.Conv1d(config.num_mel_bins, d, 3, padding=1, vb=vb.pp("conv1"))
         self.conv2 = nn.Conv1d(d, d, 3, stride=2, padding=1, vb=vb.pp("conv2"))
         self.embed_positions = vb.pp("embed_positions").get((config.max_source_positions, d), "weight")
-        layers = []
-        for i in range(config.encoder_layers):
-            layers.append(EncoderLayer(config, vb.pp("layers").pp(i)))
-            if progress is not None:
-                progress.update()
-        self.layers = nn.ModuleList(layers)
+        self.layers = _stack(EncoderLayer, config.encoder_layers, config, vb, progress)
         self.layer_norm = _norm(d, vb.pp("layer_norm"))
         self.act = ACTIVATIONS[config.activation_function]
 
@@ -241,12 +246,7 @@ class WhisperDecoder(nn.Module):
         super().__init__()
         d = config.d_model
         self.embed_positions = vb.pp("embed_positions").get((config.max_target_positions, d), "weight")
-        layers = []
-        for i in range(config.decoder_layers):
-            layers.append(DecoderLayer(config, vb.pp("layers").pp(i)))
-            if progress is not None:
-                progress.update()
-        self.layers = nn.ModuleList(layers)
+        self.layers = _stack(DecoderLayer, config.decoder_layers, config, vb, progress)
         self.layer_norm = _norm(d, vb.pp("layer_norm"))
 
 
