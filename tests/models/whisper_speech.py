@@ -18,11 +18,16 @@ from pathlib import Path
 import numpy as np
 
 RATE = 22050
-VOICE = ["-v", "en-us", "-s", "165"]
+VOICE, SPEED = "en-us", "165"
 #: One sentence a clip (short-form decoding).
 CLIPS = {
     "fox": "The quick brown fox jumps over the lazy dog.",
     "museum": "On the third of May, forty two people visited the museum at half past nine.",
+}
+#: Clips in other languages, for multilingual models: name -> (espeak-ng voice, text).
+FOREIGN = {
+    "de": ("de", "Der schnelle braune Fuchs springt über den faulen Hund."),
+    "es": ("es", "El perro come pan en la cocina todos los días."),
 }
 #: Read one after the other with a pause between them: the long recording (past 30 s, so decoded in windows).
 STORY = [
@@ -47,9 +52,10 @@ def espeak_version() -> str | None:
     return subprocess.run([exe, "--version"], capture_output=True, text=True, check=True).stdout.split("  ")[0]
 
 
-def say(text: str) -> np.ndarray:
+def say(text: str, voice: str = VOICE) -> np.ndarray:
     """espeak-ng's int16 samples of ``text`` (at RATE)."""
-    out = subprocess.run(["espeak-ng", *VOICE, "--stdout", text], capture_output=True, check=True).stdout
+    out = subprocess.run(["espeak-ng", "-v", voice, "-s", SPEED, "--stdout", text], capture_output=True,
+                         check=True).stdout
     if out[:4] != b"RIFF" or out[36:40] != b"data":
         raise RuntimeError("espeak-ng wrote no plain 44-byte WAV header")
     return np.frombuffer(out[44:], dtype="<i2").copy()
