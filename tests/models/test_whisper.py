@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 import candle_api as c
+from candle_api.errors import ArgumentError, DTypeError, IndexOutOfRangeError, ShapeError
 from candle_models.whisper import DecodingOptions, decode_window, load, log_mel_spectrogram, mel_filters
 from candle_models.whisper import read_wav, resample, transcribe
 from candle_models.whisper.ct2 import convert
@@ -126,6 +128,26 @@ def test_safetensors_conversion_logits_and_greedy_tokens_match_transformers(safe
     model, tokens = safetensors_model
     _check_logits(model, reference)
     _check_greedy(model, tokens, reference)
+
+
+@pytest.mark.parametrize("ids, error, message", [
+    ([[51864]], IndexOutOfRangeError, "out of range"),
+    ([[-1]], IndexOutOfRangeError, "negative"),
+    ([[1.5]], DTypeError, "must be integers"),
+    ([1, 2], ShapeError, "(batch, seq)"),
+    ([[0] * 449], ArgumentError, "exceed Whisper's 448"),
+])
+def test_bad_decoder_input(ct2_model, reference, ids, error, message):
+    model, _ = ct2_model
+    cross = model.cross_kv(model.encode(reference["mel"][None]))
+    with pytest.raises(error, match=re.escape(message)):
+        model.decode(ids, cross)
+
+
+def test_the_encoder_takes_30_second_windows(ct2_model):
+    model, _ = ct2_model
+    with pytest.raises(ShapeError, match=r"\(batch, 80, 3000\)"):
+        model.encode(np.zeros((1, 80, 2999), np.float32))
 
 
 def test_special_tokens_and_suppression_are_whispers(ct2_model):

@@ -18,10 +18,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
+
 import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
-from candle_api.errors import ArgumentError, ShapeError
+from candle_api.errors import ArgumentError, DTypeError, IndexOutOfRangeError, ShapeError
 
 from ..config import config_from_dict
 from ..decoder import KVCache, causal_attention
@@ -204,6 +206,16 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.final_layer_norm(x))
 
 
+def _ids(values, device) -> c.Tensor:
+    """Token ids from nested lists or an array, refusing what is not integers (1.5 would become 1)."""
+    arr = np.asarray(values)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise DTypeError(f"token ids must be integers, got {arr.dtype}")
+    if arr.size and arr.min() < 0:
+        raise IndexOutOfRangeError(f"token id {arr.min()} is negative")
+    return c.from_numpy(np.ascontiguousarray(arr, dtype=np.uint32)).to_device(device)
+
+
 def _stack(layer, n: int, config: WhisperConfig, vb: nn.VarBuilder, progress) -> nn.ModuleList:
     """``n`` layers from ``layers.0`` on; ``progress`` advances once per layer built."""
     layers = []
@@ -289,7 +301,7 @@ class WhisperForConditionalGeneration(nn.Module):
     def decode(self, input_ids, cross: list, cache: KVCache | None = None, last_only: bool = False) -> c.Tensor:
         """Logits (batch, seq, vocab) of the tokens ``input_ids`` (batch, seq) after the ones cached;
         ``cross`` (from :meth:`cross_kv`) may have batch 1 for any batch of tokens."""
-        ids = input_ids if isinstance(input_ids, c.Tensor) else c.tensor(input_ids, dtype="u32", device=self.device)
+        ids = input_ids if isinstance(input_ids, c.Tensor) else _ids(input_ids, self.device)
         if ids.rank != 2:
             raise ShapeError(f"decoder input ids must be (batch, seq), got shape {ids.shape}")
         t = ids.shape[1]
