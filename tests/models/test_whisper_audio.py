@@ -79,6 +79,7 @@ FMT = 12 + 8  # where the fmt chunk's fields start
     (GOOD[:FMT + 14] + struct.pack("<H", 12) + GOOD[FMT + 16:], "12-bit PCM"),
     (GOOD[:FMT + 12] + struct.pack("<H", 4) + GOOD[FMT + 14:], "block align 4"),
     (GOOD[:FMT + 2] + struct.pack("<H", 0) + GOOD[FMT + 4:], "0 channels"),
+    (GOOD[:FMT + 4] + struct.pack("<I", 4_000_000_000) + GOOD[FMT + 8:], "4000000000 Hz"),
     (GOOD[:-4], "runs past the end of the file"),
     (GOOD[:12 + 8 + 16], "no data chunk"),
     (GOOD[:12] + GOOD[-24:], "before any fmt chunk"),
@@ -112,8 +113,9 @@ def test_resampling_removes_what_16_khz_cannot_hold(rate):
 def test_resampling_arguments():
     x = _tone(440.0, 16000, 0.1)
     assert resample(x, 16000) is not None and np.array_equal(resample(x, 16000), x)
-    with pytest.raises(ArgumentError, match="positive integer"):
-        resample(x, 0)
+    for rate in (0, -8000, 768_001, 16000.0, True):
+        with pytest.raises(ArgumentError, match="sample rate must be an integer"):
+            resample(x, rate)
 
 
 def test_ct2_quantized_weights_are_dequantized():

@@ -18,6 +18,7 @@ so tones above 8 kHz are removed, not folded back into the speech band.
 from __future__ import annotations
 
 import math
+import numbers
 import struct
 from pathlib import Path
 
@@ -27,6 +28,9 @@ from candle_api.errors import ArgumentError, FormatError
 from candle_api.io import open_regular
 
 SAMPLE_RATE = 16000
+#: The highest sample rate read (studio audio's highest): bounds the resampling filter's length, which
+#: grows with the rate over its greatest common divisor with 16 kHz.
+MAX_RATE = 768_000
 #: Largest WAV read (a day of 16 kHz mono f32 is 5.5 GB): bounds what a file can make us allocate.
 MAX_BYTES = 4 << 30
 _PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
@@ -59,8 +63,8 @@ def _format(raw: bytes, at: int, size: int, path) -> tuple[int, int, int, int]:
         raise FormatError(path, at, f"WAV format tag {tag:#x} is not PCM or IEEE float (compressed WAV is not read)")
     if (tag == _PCM and bits not in (8, 16, 24, 32)) or (tag == _FLOAT and bits not in (32, 64)):
         raise FormatError(path, at, f"{bits}-bit {'PCM' if tag == _PCM else 'float'} samples are not supported")
-    if channels == 0 or rate == 0:
-        raise FormatError(path, at, f"{channels} channels at {rate} Hz")
+    if channels == 0 or not 0 < rate <= MAX_RATE:
+        raise FormatError(path, at, f"{channels} channels at {rate} Hz (rates up to {MAX_RATE} Hz are read)")
     if block != channels * bits // 8:
         raise FormatError(path, at, f"block align {block} is not {channels} channels x {bits // 8} bytes")
     return tag, channels, rate, bits
@@ -117,8 +121,9 @@ def _kaiser_lowpass(up: int, down: int) -> tuple[np.ndarray, int]:
 
 def resample(audio: np.ndarray, rate: int, target: int = SAMPLE_RATE) -> np.ndarray:
     """``audio`` (1-d) from ``rate`` Hz to ``target`` Hz, as float32; ceil(len * target / rate) samples."""
-    if not (isinstance(rate, int) and rate > 0):
-        raise ArgumentError(f"sample rate must be a positive integer, got {rate!r}")
+    if isinstance(rate, bool) or not (isinstance(rate, numbers.Integral) and 0 < rate <= MAX_RATE):
+        raise ArgumentError(f"sample rate must be an integer from 1 to {MAX_RATE} Hz, got {rate!r}")
+    rate = int(rate)
     audio = np.asarray(audio, dtype=np.float32)
     if rate == target:
         return audio
