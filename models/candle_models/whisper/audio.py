@@ -125,6 +125,8 @@ def resample(audio: np.ndarray, rate: int, target: int = SAMPLE_RATE) -> np.ndar
         raise ArgumentError(f"sample rate must be an integer from 1 to {MAX_RATE} Hz, got {rate!r}")
     rate = int(rate)
     audio = np.asarray(audio, dtype=np.float32)
+    if audio.ndim != 1:
+        raise ArgumentError(f"audio must be 1-d (mono samples), got shape {audio.shape}")
     if rate == target:
         return audio
     g = math.gcd(rate, target)
