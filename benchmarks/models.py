@@ -10,6 +10,9 @@ run (interleaved repetitions, 1 and 2 threads):
   loaded from the same GGUF (both dequantize to f32 at load), and candle-api
   with the weights in bf16. Reported, with the ratios; no target yet
   (quantized matmul is a later issue).
+- Whisper tiny.en transcribing 30 s of espeak-ng speech, against transformers
+  on the same weights (benchmarks/whisper_speed.py). Target: at least 1.0x
+  transformers' speed on 2 threads.
 
     python benchmarks/models.py
 
@@ -207,6 +210,9 @@ def main() -> int:
         if "ratio" in r:
             print(f"  candle-api / transformers: {r['ratio']:.2f}x (f32, same tokens: {r['same tokens']}), "
                   f"{r['bf16 ratio']:.2f}x with bf16 weights")
+    import whisper_speed  # it imports this module's helpers
+
+    misses += whisper_speed.report()
     if _torch() is None:
         print("target not judged: no PyTorch baseline in this environment")
         return 0

@@ -25,7 +25,7 @@ CLI_GROUP = "candle_api.cli"
 
 #: The subcommands of candle-models, for a helpful error when it is absent. It is not on PyPI: it
 #: installs from a checkout of candle-api.
-MODELS_COMMANDS = ("embed", "generate", "quantize", "serve")
+MODELS_COMMANDS = ("embed", "generate", "quantize", "serve", "transcribe")
 
 
 class Parser(argparse.ArgumentParser):

@@ -56,6 +56,9 @@ def test_every_distribution_has_its_version(dist):
     (["embed", "--model", "/nowhere/model", "hi"], 1, "candle embed", "'/nowhere/model' is not a file"),
     (["generate", "--model", "/nowhere/model", "hi"], 1, "candle generate", "'/nowhere/model' is not a file"),
     (["quantize", "/nowhere/model", "out.gguf", "--type", "q8_0"], 1, "candle quantize", "is not a file"),
+    (["transcribe"], 2, "candle transcribe", "the following arguments are required: audio"),
+    (["transcribe", "--beam-size", "wide", "a.wav"], 2, "candle transcribe", "invalid int value: 'wide'"),
+    (["transcribe", "--model", "/nowhere/model", "a.wav"], 1, "candle transcribe", "'/nowhere/model' is not a file"),
 ])
 def test_every_error_is_one_line_with_one_prefix(capsys, argv, status, prefix, message):
     code, out, err = run(capsys, *argv)

