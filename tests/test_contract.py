@@ -140,7 +140,7 @@ def test_conformance_on_a_device_that_is_not_installed_is_one_usage_error():
 # Gradient kernels themselves: differentiating through them again raises (their OpDef has no backward).
 _NO_BACKWARD = {"conv2d_backward_weight", "max_pool2d_backward", "avg_pool2d_backward"}
 # Quantized blocks are integers: no gradient reaches them or comes out of them (qmatmul's reaches x).
-_BLOCKS = {"quantize", "dequantize", "qembedding"}
+_BLOCKS = {"quantize", "dequantize", "qembedding", "qpack"}
 
 
 def test_every_differentiable_builtin_op_has_a_backward():

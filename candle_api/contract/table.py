@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: The newest contract version this candle-api knows.
-CONTRACT_VERSION = 2
+CONTRACT_VERSION = 3
 
 ALL = ("u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64")
 FLOATS = ("bf16", "f16", "f32", "f64")
@@ -178,6 +178,14 @@ ROWS: tuple = tuple([
               "index_select of the rows' blocks, then dequantize", since=2,
               notes="out (ids, k) f32: rows ids (contiguous, any index dtype) of W (rows, k) in blocks; an id "
                     "out of range raises IndexOutOfRangeError"),
+    KernelRow("qpack", "quantized", "k(out, blocks, lblocks, qtype, n)", ("u8",), False,
+              "the reference NumPy packing (candle_api.quantized.packed) on the host", since=3,
+              notes="out (bytes,) u8: the blocks of W (n, k), contiguous, in the packed layout of candle_api."
+                    "quantized.packed (groups of 16 rows, each field of a block column's 16 blocks arranged "
+                    "for vector kernels), bit-exact with the reference; only types that have a packed layout"),
+    KernelRow("qmatmul_packed", "quantized", "k(out, x, lx, packed, lpacked, qtype, n)", ("f32",), False,
+              "the blocks unpacked (the reference NumPy unpacking), then qmatmul", since=3,
+              notes="as qmatmul, W given by qpack's output"),
     KernelRow("sgd_step", "optim", "k(p, lp, g, lg, buf, lbuf, lr, weight_decay, momentum, dampening, nesterov, "
               "first)", FLOATS, False, "the same update from elementwise ops",
               notes="writes p and buf; buf None without momentum"),

@@ -72,6 +72,8 @@ SIGNATURES = {
     "cd_quantize": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p]),
     "cd_dequantize": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p]),
     "cd_qmatmul": (c_int, [c_int32, c_int64, c_int64, c_int64, c_void_p, c_void_p, c_void_p]),
+    "cd_qpack": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p]),
+    "cd_qmatmul_packed": (c_int, [c_int32, c_int64, c_int64, c_int64, c_void_p, c_void_p, c_void_p]),
     "cd_qembedding": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_int32, c_int64, c_void_p, c_void_p]),
     "cd_random": (c_int, [c_int32, c_int32, c_int64, c_void_p, c_uint64, c_uint64, c_double, c_double]),
 }

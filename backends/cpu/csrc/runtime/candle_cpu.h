@@ -236,6 +236,11 @@ CD_API int cd_dequantize(int32_t type, int64_t nrows, int64_t ncols, const void 
 /* y (m x n, contiguous f32) = x (m x k, contiguous f32) @ W^T, W n rows of k
  * values in blocks of the type (contiguous). */
 CD_API int cd_qmatmul(int32_t type, int64_t m, int64_t n, int64_t k, const void *w, const float *x, float *y);
+/* W (n rows of k values in blocks of the type) in the packed layout of its type (kernels/quant.h,
+ * candle_api/quantized/packed.py): dst takes as many bytes as src, and must not overlap it. */
+CD_API int cd_qpack(int32_t type, int64_t n, int64_t k, const void *src, void *dst);
+/* As cd_qmatmul, W packed by cd_qpack. */
+CD_API int cd_qmatmul_packed(int32_t type, int64_t m, int64_t n, int64_t k, const void *w, const float *x, float *y);
 /* out (nids x k, f32) = rows ids (of the index dtype id_dtype) of W (rows x k in
  * blocks of the type); an id outside [0, rows) fails. */
 CD_API int cd_qembedding(int32_t type, int64_t rows, int64_t k, const void *w, int32_t id_dtype, int64_t nids,

@@ -20,16 +20,20 @@ static void fill_avx512(cd_isa_ops *ops) {
     ops->bf16_dot = __builtin_cpu_supports("avx512bf16"); /* before the vector math, which reads it */
     ops->gemm = cd_gemm_avx512;
     cd_vmath_avx512(ops);
-    if (__builtin_cpu_supports("avx512vnni"))
+    if (__builtin_cpu_supports("avx512vnni")) {
         cd_qdot_avx512vnni(ops);
-    else
+        cd_qpacked_avx512vnni(ops);
+    } else {
         cd_qdot_avx2(ops);
+        cd_qpacked_avx2(ops);
+    }
 }
 
 static void fill_avx2(cd_isa_ops *ops) {
     ops->gemm = cd_gemm_avx2;
     cd_vmath_avx2(ops);
     cd_qdot_avx2(ops);
+    cd_qpacked_avx2(ops);
 }
 
 const cd_isa_set cd_arch_sets[] = {
