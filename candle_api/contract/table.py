@@ -153,6 +153,9 @@ ROWS: tuple = tuple([
            without="halves (rope) or pairs (rope_i) rotated with mul, sub, add and cat",
            notes="x (b, h, t, d); cos/sin contiguous (t, d/2) or (b, t, d/2); rope rotates the halves of d, "
                  "rope_i interleaved pairs"),
+    KernelRow("silu_mul", "fused", "k(out, x, lx)", FLOATS, False, "silu of one narrow times the other", since=3,
+              notes="x (..., 2f) -> out (..., f) = silu(x[..., :f]) * x[..., f:]: SwiGLU's gate on the gate and "
+                    "up projections of one product"),
     KernelRow("sdpa", "fused", "k(out, q, lq, k, lk, v, lv, mask, lmask, mask_dtype, causal, scale)", FLOATS,
               False, "matmul, softmax and where: the whole score matrix at once",
               notes="lq (batch..., L, E), lk (batch..., S, E), lv (batch..., S, Ev), batch dims broadcast; mask "

@@ -701,6 +701,9 @@ op("rms_norm", lambda x, w, b: F.rms_norm(x, w, 1e-6), lambda x, w, b: R.rms_nor
    _norm_samples, NONSCALAR, tol_scale=8)
 
 
+op("silu_mul", lambda x: F.silu_mul(x), lambda x: R.silu_mul(x), FLOATS, _rows(), NONSCALAR, tol_scale=2)
+
+
 def _rope_samples(rng, dtype, layout):
     b = 0 if layout == "empty" else 2
     x = values(rng, dtype, (b, 3, 5, 8), -2, 2)

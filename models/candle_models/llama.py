@@ -257,8 +257,7 @@ class LlamaMLP(nn.Module):
         self.down_proj = TransposedLinear(vb.pp("down_proj"), self.ffn, (config.hidden_size,), config.mlp_bias)
 
     def forward(self, x: c.Tensor) -> c.Tensor:
-        gate_up = self.gate_up_proj(x)
-        return self.down_proj(F.silu(gate_up.narrow(-1, 0, self.ffn)) * gate_up.narrow(-1, self.ffn, self.ffn))
+        return self.down_proj(F.silu_mul(self.gate_up_proj(x)))
 
 
 class LlamaDecoderLayer(nn.Module):

@@ -54,13 +54,12 @@ static void masks_to_bits(const uint8_t *in, uint8_t *const *qh) {
     }
 }
 
-/* Byte i of row r's field of `size` bytes: its place in the field's part of a tile. */
-static inline int64_t place(int kind, int size, int r, int i) {
-    switch (kind) {
-    case CD_QF_WORDS: return (int64_t)(i / 4) * 4 * CD_QPACK_GROUP + 4 * r + i % 4;
-    case CD_QF_PLANES: return (int64_t)i * CD_QPACK_GROUP + r;
-    default: return (int64_t)r * size + i; /* CD_QF_ROWS */
-    }
+/* Copies n bytes from a to b (pack) or from b to a (unpack). */
+static inline void move(uint8_t *a, uint8_t *b, int n, int pack) {
+    if (pack)
+        memcpy(b, a, (size_t)n);
+    else
+        memcpy(a, b, (size_t)n);
 }
 
 /* One tile from the 16 blocks src[r] (pack), or the blocks back from it (!pack). */
@@ -77,14 +76,16 @@ static void convert_tile(const cd_qpack_layout *l, uint8_t *const *blocks, uint8
                 masks_to_bits(part, qh);
             continue;
         }
-        for (int r = 0; r < CD_QPACK_GROUP; r++)
-            for (int i = 0; i < fd.size; i++) {
-                uint8_t *b = blocks[r] + fd.offset + i, *t = part + place(fd.kind, fd.size, r, i);
-                if (pack)
-                    *t = *b;
-                else
-                    *b = *t;
+        for (int r = 0; r < CD_QPACK_GROUP; r++) {
+            uint8_t *field = blocks[r] + fd.offset;
+            if (fd.kind == CD_QF_ROWS) {
+                move(field, part + r * fd.size, fd.size, pack);
+            } else if (fd.kind == CD_QF_WORDS) { /* run j of row r at 64 j + 4 r */
+                for (int j = 0; j < fd.size / 4; j++) move(field + 4 * j, part + 4 * (CD_QPACK_GROUP * j + r), 4, pack);
+            } else { /* CD_QF_PLANES: byte i of row r at 16 i + r */
+                for (int i = 0; i < fd.size; i++) move(field + i, part + CD_QPACK_GROUP * i + r, 1, pack);
             }
+        }
     }
 }
 
