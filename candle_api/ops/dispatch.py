@@ -174,11 +174,12 @@ def apply_binary(op: OpDef, a: Tensor, b: Tensor, out_dtype=None, shape=None) ->
 def apply_checked(op: OpDef, key: Tensor, shape: tuple, inputs: tuple, args: tuple, params: dict) -> Tensor:
     """apply(op, *inputs, **params) for a fused op whose caller has checked its inputs and knows the output
     (shaped ``shape``, typed as ``key``) and the kernel's arguments after out (``args``, what op.prepare
-    would give): a kernel exists, nothing observes, no gradient to record. Decoding runs a few such ops per
-    layer and token."""
+    would give): a kernel exists, nothing observes, no gradient to record (optional inputs may be None).
+    Decoding runs a few such ops per layer and token."""
     dev, dtype = key._device, key._dtype
     k = dev.kernels.get((op.name, dtype))
-    if k is None or observer is not None or (_mode.enabled and any(i._node is not None for i in inputs)):
+    if k is None or observer is not None or (_mode.enabled and any(i is not None and i._node is not None
+                                                                   for i in inputs)):
         return apply(op, *inputs, **params)
     lay = _contig(shape)
     out = dev.alloc(lay.numel * dtype.itemsize)
