@@ -69,7 +69,8 @@ class Device(str):
             raise PluginError(f"device {name!r}: the device object of plugin {plugin} lacks {', '.join(missing)} "
                               "(see candle_api.contract.BackendDevice)")
         self.kernels = registry().kernel_table(dev_type).kernels
-        self.dtypes = frozenset(spec.dtypes)
+        # bool is u8's bytes: a backend holding u8 holds bool (the kernel table serves it with u8 kernels)
+        self.dtypes = frozenset(spec.dtypes) | ({"bool"} if "u8" in spec.dtypes else set())
         self._seed = DEFAULT_SEED
         self._offset = 0
         return self

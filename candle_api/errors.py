@@ -51,6 +51,12 @@ class ReadOnlyError(CandleError, ValueError):
     """An in-place write into memory the caller may not change."""
 
 
+class InPlaceError(CandleError, RuntimeError):
+    """An in-place op that cannot be done: into a broadcast view, on a leaf
+    that requires grad (or a view of one), or on memory a backward pass still
+    needs (PyTorch raises RuntimeError for these)."""
+
+
 class UnsupportedDTypeError(DTypeError):
     """A dtype the device does not hold (its backend's ``BackendSpec.dtypes``)."""
 

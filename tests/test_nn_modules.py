@@ -434,7 +434,7 @@ def test_multihead_attention_parameters_and_errors():
         mha(x, x, x, attn_mask=c.zeros((4, 5), dtype=c.u8))
     with pytest.raises(ShapeError, match="same batch and length"):
         mha(x, c.randn((3, 2, 8)), x)
-    with pytest.raises(DTypeError, match="attn_mask must be u8"):
+    with pytest.raises(DTypeError, match="attn_mask must be bool or u8"):
         mha(x, x, x, attn_mask=c.zeros((4, 4), dtype=c.i64))
     with pytest.raises(ValueError, match="is_causal"):
         mha(x, x, x, is_causal=True)

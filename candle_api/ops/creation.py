@@ -91,7 +91,7 @@ def from_array(arr: np.ndarray, dtype=None, device=None, copy: bool = True) -> T
         arr = arr.astype(dt.np)
         copy = False  # already a fresh array
     shape = check_shape(arr.shape)
-    storage, layout = dev.backend.from_numpy(arr, copy)
+    storage, layout = dev.backend.from_numpy(arr.view(np.uint8) if dt.is_bool else arr, copy)
     return make(storage, layout if layout is not None else Layout.contig(shape), dt, dev)
 
 

@@ -11,12 +11,12 @@ import pytest
 
 import candle_api as c
 from candle_api.device import get_device
-from candle_api.dtype import get_dtype, u8, u32
+from candle_api.dtype import bool_, get_dtype, u8, u32
 from candle_api.errors import ArgumentError, DTypeError, KernelError, ShapeError
 from candle_api.ops.creation import from_array
 from candle_api.ops.shape import stack
 from candle_api.testing.opinfo import (
-    ALL, FLOATS, NONSCALAR, Index, OpInfo, Sample, cases, grad_cases, shape_for, simple, values,
+    ALL, FLOATS, NONSCALAR, Index, OpInfo, Sample, table_tests, shape_for, simple, values,
 )
 
 GRAD_FREE = dict(grad=False)
@@ -267,7 +267,7 @@ OPS = [
     OpInfo("isinf", lambda x: c.isinf(x), np.isinf, ALL, _special_samples, out_dtype=_u8),
     OpInfo("isfinite", lambda x: x.isfinite(), np.isfinite, ALL, _special_samples, out_dtype=_u8),
     OpInfo("isclose", lambda a, b, **k: a.isclose(b, **k), _isclose_ref, ALL, _isclose_samples, out_dtype=_u8),
-    OpInfo("bool", lambda x: x.bool(), lambda x: x != 0, ALL, _special_samples, out_dtype=_u8),
+    OpInfo("bool", lambda x: x.bool(), lambda x: x != 0, ALL, _special_samples, out_dtype=lambda _: bool_),
     OpInfo("roll", lambda x, shifts, dims: x.roll(shifts, dims), lambda x, shifts, dims: np.roll(x, shifts, dims), ALL,
            _roll_samples),
     OpInfo("unbind", lambda x, dim: stack(x.unbind(dim)[::-1], dim), lambda x, dim: np.flip(x, dim), ALL,
@@ -287,14 +287,7 @@ OPS = [
 ]
 
 
-@pytest.mark.parametrize("case", cases(OPS), ids=str)
-def test_op(candle_device, case):
-    case.check_against_reference(get_device(candle_device))
-
-
-@pytest.mark.parametrize("case", grad_cases(OPS), ids=str)
-def test_gradient(candle_device, case):
-    case.check_gradient(get_device(candle_device))
+test_op, test_gradient = table_tests(OPS)
 
 
 # ---- what the table does not cover -----------------------------------------------------------------------
