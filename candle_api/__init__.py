@@ -17,7 +17,8 @@ from .dtype import (  # noqa: E402
     i16 as int16, i32 as int32, i64 as int64, u8 as uint8, u32 as uint32,
 )
 from .errors import (  # noqa: E402
-    ArgumentError, BackendUnavailableError, CandleError, DeviceError, DTypeError, FormatError, IndexOutOfRangeError,
+    ArgumentError, BackendUnavailableError, CandleError, DeviceError, DimensionError, DTypeError, FormatError,
+    IndexOutOfRangeError, ShapeTypeError,
     InPlaceError, KernelError, PluginError, ReadOnlyError, ShapeError, TensorNameError, UnsupportedOpError,
 )
 from .info import plugins  # noqa: E402
@@ -35,6 +36,7 @@ from .ops.logical import (  # noqa: E402
 from .ops.masking import masked_fill, masked_select, nonzero, tril, tril2, triu, triu2  # noqa: E402
 from .ops.predicates import all_ as all, allclose, any_ as any, isclose, isfinite, isinf, isnan  # noqa: E402
 from .ops.sorting import argsort, sort, topk  # noqa: E402
+from .quantized import QTensor  # noqa: E402
 from .registry import registry  # noqa: E402
 from .debug import ShadowMismatchError, install_from_environment, shadow, trace  # noqa: E402
 from .var import Var  # noqa: E402

@@ -118,6 +118,15 @@ def _parse(spec: str) -> tuple[str, str, int]:
     return name, dev_type, index
 
 
+def is_device_name(spec: str) -> bool:
+    """Whether spec is spelled as a device ("cpu", "cuda:1"), installed or not."""
+    try:
+        _parse(spec)
+    except DeviceError:
+        return False
+    return True
+
+
 def get_device(spec=None) -> Device:
     """Resolves a Device, a name such as ``"cuda:0"`` (``"cuda"`` means index 0),
     or None (the default device, cpu)."""

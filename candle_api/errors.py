@@ -22,6 +22,14 @@ class ShapeError(CandleError, ValueError):
     """Shapes or dims that do not fit the op (mismatch, bad rank, bad dim)."""
 
 
+class DimensionError(ShapeError, OverflowError):
+    """A negative dimension (also OverflowError, which candle-pyo3 raises for one)."""
+
+
+class ShapeTypeError(ShapeError, TypeError):
+    """A shape that is not a sequence of integers (also TypeError)."""
+
+
 class DTypeError(CandleError, TypeError, ValueError):
     """A dtype the op does not accept, or two dtypes that differ."""
 
