@@ -18,8 +18,8 @@ from .dtype import (  # noqa: E402
 )
 from .errors import (  # noqa: E402
     ArgumentError, BackendUnavailableError, CandleError, DeviceError, DimensionError, DTypeError, FormatError,
-    IndexOutOfRangeError, ShapeTypeError,
-    InPlaceError, KernelError, PluginError, ReadOnlyError, ShapeError, TensorNameError, UnsupportedOpError,
+    IndexOutOfRangeError, InPlaceError, KernelError, PluginError, ReadOnlyError, ShapeError, ShapeTypeError,
+    TensorNameError, UnsupportedOpError,
 )
 from .info import plugins  # noqa: E402
 from .io import load, save  # noqa: E402
