@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 import candle_api as c
+from candle_api import functional as F
 from candle_api.device import get_device
 from candle_api.dtype import bool_, get_dtype, u8, u32
 from candle_api.errors import ArgumentError, DTypeError, KernelError, ShapeError
 from candle_api.ops.creation import from_array
 from candle_api.ops.shape import stack
+from candle_api.testing import reference as R
 from candle_api.testing.opinfo import (
     ALL, FLOATS, NONSCALAR, Index, OpInfo, Sample, table_tests, shape_for, simple, values,
 )
@@ -232,7 +234,25 @@ def _floordiv_samples(rng, dtype, layout):
     return simple(2, -4, 4, (-20, 20), nonzero_last=True)(rng, dtype, layout)
 
 
+def _pool_ties(rng, dtype, layout):
+    """Pooling inputs from a few values (ties in most windows), NaNs among the floats."""
+    x = _ties(rng, dtype, layout, (0 if layout == "empty" else 2, 3, 6, 7)) if layout != "scalar" else None
+    if get_dtype(dtype).is_float:
+        x = np.where(np.isinf(x), 1.0, x).astype(x.dtype)  # -inf padding would tie with -inf values
+    return [Sample([x], dict(kernel=2, stride=2, padding=0)), Sample([x], dict(kernel=3, stride=1, padding=1)),
+            Sample([x], dict(kernel=(2, 3), stride=(1, 2), padding=(1, 1)))]
+
+
+def _pool_argmax_ref(x, kernel, stride, padding):
+    pair = lambda v: v if isinstance(v, tuple) else (v, v)  # noqa: E731
+    return R.pool2d_argmax(x, pair(kernel), pair(stride), pair(padding))
+
+
 OPS = [
+    OpInfo("max_pool2d_indices", lambda x, kernel, stride, padding: F.max_pool2d(x, kernel, stride, padding,
+                                                                                  return_indices=True)[1],
+           _pool_argmax_ref, tuple(d for d in ALL if d != "i64"), _pool_ties, NONSCALAR, out_dtype=_u32,
+           **GRAD_FREE),  # the dtypes of the max_pool2d kernel, which gives the values
     OpInfo("sort", lambda x, **k: x.sort(**k).values, _sorted_ref, ALL, _sort_samples(False)),
     OpInfo("sort_ties", lambda x, **k: c.sort(x, **k)[0], _sorted_ref, ALL, _sort_samples(True), **GRAD_FREE),
     OpInfo("sort_indices", lambda x, **k: x.sort(**k).indices, _order_ref, ALL, _sort_samples(True),
