@@ -17,8 +17,9 @@ from candle_api.errors import ArgumentError, DTypeError, KernelError, ShapeError
 from candle_api.ops.creation import from_array
 from candle_api.ops.shape import stack
 from candle_api.testing import reference as R
+from candle_api.testing.conformance import table_tests
 from candle_api.testing.opinfo import (
-    ALL, FLOATS, NONSCALAR, Index, OpInfo, Sample, table_tests, shape_for, simple, values,
+    ALL, FLOATS, NONSCALAR, Index, OpInfo, Sample, shape_for, simple, values,
 )
 
 GRAD_FREE = dict(grad=False)

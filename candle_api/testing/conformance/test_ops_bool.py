@@ -15,8 +15,9 @@ from candle_api.device import get_device
 from candle_api.dtype import bool_, i64
 from candle_api.errors import DTypeError
 from candle_api.ops.creation import from_array
+from candle_api.testing.conformance import table_tests
 from candle_api.testing.opinfo import (
-    INTS, WITH_BOOL, OpInfo, Sample, shape_for, simple, table_tests, values,
+    INTS, WITH_BOOL, OpInfo, Sample, shape_for, simple, values,
 )
 
 

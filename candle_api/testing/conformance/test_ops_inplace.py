@@ -14,8 +14,9 @@ from candle_api.device import get_device
 from candle_api.errors import InPlaceError, ReadOnlyError, ShapeError
 from candle_api.ops.creation import zeros
 from candle_api.testing.conformance.test_ops_api import _t
+from candle_api.testing.conformance import table_tests
 from candle_api.testing.opinfo import (
-    ALL, FLOATS, INTS, NONSCALAR, WITH_BOOL, Index, OpInfo, Sample, table_tests, shape_for, simple, values,
+    ALL, FLOATS, INTS, NONSCALAR, WITH_BOOL, Index, OpInfo, Sample, shape_for, simple, values,
 )
 
 
