@@ -22,15 +22,18 @@ zero_ and copy_ of an untracked tensor write directly.
 from __future__ import annotations
 
 from ..autograd import versions
-from ..autograd.graph import Leaf, is_grad_enabled
-from ..dtype import get_dtype
+from ..autograd.graph import Leaf, is_grad_enabled, no_grad, record
+from ..autograd.helpers import sum_to
+from ..dtype import bool_, get_dtype
 from ..errors import InPlaceError, ShapeError
+from ..layout import normalize_dim
 from ..tensor import Tensor
 from .core import check_tensor, make
-from .creation import fill_ as _fill_kernel, rand, randn
+from .creation import fill_ as _fill_kernel, full, rand, randn, zeros
 from .dispatch import check_writable
-from .elementwise import cast
-from .shape import copy, copy_into
+from .elementwise import cast, where
+from .indexing import getitem, masked_index, picked_index, scatter
+from .shape import cat, copy, copy_into
 
 
 def _check_target(op: str, x: Tensor) -> None:
@@ -72,7 +75,7 @@ def apply_inplace(op: str, x: Tensor, compute, *operands) -> Tensor:
                          "(an operand broadcasts past it)")
     if out._dtype is not x._dtype:
         out = cast(out, x._dtype)
-    with _no_grad():
+    with no_grad():
         copy_into(x, x._layout, out)
     # A recorded result becomes x's node. One that depends on nothing tracked (x.fill_(0) on a tensor
     # autograd tracked) cuts x from the graph: its values no longer come from its old node.
@@ -87,12 +90,6 @@ def apply_inplace(op: str, x: Tensor, compute, *operands) -> Tensor:
 
 def _tracked(*tensors) -> bool:
     return is_grad_enabled() and any(isinstance(t, Tensor) and t._node is not None for t in tensors)
-
-
-def _no_grad():
-    from ..autograd.graph import no_grad
-
-    return no_grad()
 
 
 # ---- writes ---------------------------------------------------------------------------------------
@@ -113,8 +110,6 @@ def fill_(x: Tensor, value) -> Tensor:
 
 
 def _full_like(t: Tensor, value) -> Tensor:
-    from .creation import full
-
     return full(t.shape, value, dtype=t._dtype, device=t._device)
 
 
@@ -153,8 +148,6 @@ def setitem(x: Tensor, index, value) -> None:
     """``x[index] = value``: basic indexing (ints, slices, None, ...) writes through
     the view; a bool/u8 mask takes a scalar or a 0-d value; one list or integer
     tensor of indices along a dim takes values broadcast to what it picks."""
-    from .indexing import getitem, masked_index, picked_index
-
     mask = masked_index(x, index)
     if mask is not None:
         if isinstance(value, Tensor) and value.rank:
@@ -166,7 +159,7 @@ def setitem(x: Tensor, index, value) -> None:
         dim, ids = picked
         apply_inplace("setitem", x, lambda t, v: _index_put(t, dim, ids, v), value)
         return
-    with _no_grad():
+    with no_grad():
         target = getitem(x, index)
     if target._storage is not x._storage:
         raise IndexError(f"x[{index!r}] = value: this index makes a copy, so there is nothing to write through; "
@@ -182,14 +175,7 @@ def setitem(x: Tensor, index, value) -> None:
 def _placed(t: Tensor, index, value) -> Tensor:
     """t with value written at t[index] (basic indexing), out of place; the
     gradient goes to t outside the region and to value inside it."""
-    from ..autograd.graph import record
-    from ..autograd.helpers import sum_to
-    from ..dtype import bool_
-    from .creation import zeros
-    from .elementwise import where
-    from .shape import copy
-
-    with _no_grad():
+    with no_grad():
         out = copy(t)
         region = out[index]
         (copy_ if isinstance(value, Tensor) else fill_)(region, value.detach() if isinstance(value, Tensor) else value)
@@ -205,30 +191,19 @@ def _placed(t: Tensor, index, value) -> Tensor:
 
 def _index_put(t: Tensor, dim: int, ids: Tensor, value) -> Tensor:
     """t with value (broadcast to t.index_select(ids, dim)'s shape) at ids along dim."""
-    from .indexing import scatter
-
     shape = t.shape[:dim] + (ids.shape[0],) + t.shape[dim + 1:]
     if isinstance(value, Tensor):
         src = cast(value.to_device(t._device), t._dtype).expand(shape)
     else:
-        src = _full(shape, value, t)
+        src = full(shape, value, dtype=t._dtype, device=t._device)
     view = [1] * t.rank
     view[dim] = ids.shape[0]
-    where = ids.reshape(view).expand(shape)
-    return scatter(t, where.contiguous(), src.contiguous(), dim, accumulate=False)
-
-
-def _full(shape, value, like: Tensor) -> Tensor:
-    from .creation import full
-
-    return full(shape, value, dtype=like._dtype, device=like._device)
+    at = ids.reshape(view).expand(shape)
+    return scatter(t, at.contiguous(), src.contiguous(), dim, accumulate=False)
 
 
 def slice_assign(t: Tensor, src: Tensor, dim: int, offset: int) -> Tensor:
     """t with src over t.narrow(dim, offset, src.shape[dim]), out of place (Candle's slice_scatter)."""
-    from ..layout import normalize_dim
-    from .shape import cat
-
     dim = normalize_dim(dim, t.rank)
     n, size = src.shape[dim], t.shape[dim]
     if not 0 <= offset <= size - n:
