@@ -299,7 +299,7 @@ def to(x: Tensor, *args, **kwargs) -> Tensor:
     copy = kwargs.pop("copy", False)
     kwargs.pop("non_blocking", None)
     wanted = {"dtype": None, "device": None}
-    named = [(key, kwargs.pop(key)) for key in ("dtype", "device") if kwargs.get(key) is not None]
+    named = [(key, value) for key in ("dtype", "device") if (value := kwargs.pop(key, None)) is not None]
     other = kwargs.pop("other", None)
     if kwargs:
         raise TypeError(f"to() got unexpected arguments {sorted(kwargs)}")
