@@ -270,3 +270,18 @@ def test_in_place_errors_name_the_problem(candle_device):
         x.copy_([1.0, 2.0])
     with pytest.raises(IndexError):
         x[[True]] = 1.0
+
+
+def test_random_fills_and_mask_assignments(candle_device):
+    x = _t(candle_device, np.zeros((64, 32)))
+    assert x.uniform_(2.0, 3.0) is x and 2.0 <= x.numpy().min() and x.numpy().max() < 3.0
+    x.normal_(5.0, 0.1)
+    assert abs(float(x.numpy().mean()) - 5.0) < 0.05
+    m = _t(candle_device, [True, False, True], "bool")
+    m |= _t(candle_device, [False, True, False], "bool")
+    m &= _t(candle_device, [True, True, False], "bool")
+    m ^= _t(candle_device, [False, True, True], "bool")
+    assert m.values() == [True, False, True] and m.dtype == "bool"
+    n = _t(candle_device, [7, -7], "i32")
+    n //= 2
+    assert n.values() == [3, -4]
