@@ -152,7 +152,7 @@ def ones(*shape, dtype=None, device=None) -> Tensor:
 
 def full(shape, fill_value, dtype=None, device=None) -> Tensor:
     if dtype is None:
-        dtype = _infer_dtype(np.asarray(fill_value)) if not isinstance(fill_value, bool) else "u8"
+        dtype = _infer_dtype(np.asarray(fill_value))  # True/False: bool, as torch.full gives
     return _fill((shape,) if isinstance(shape, int) else tuple(shape), fill_value, dtype, device)
 
 
