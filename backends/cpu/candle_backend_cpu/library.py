@@ -13,7 +13,7 @@ import threading
 from ctypes import CFUNCTYPE, c_char_p, c_double, c_int, c_int32, c_int64, c_uint64, c_void_p
 from pathlib import Path
 
-from candle_api.dtype import ALL_DTYPES
+from candle_api.dtype import NUMERIC_DTYPES
 from candle_api.errors import BackendUnavailableError, IndexOutOfRangeError, KernelError
 
 LIB_NAME = "libcandle_cpu.so"
@@ -125,7 +125,7 @@ def _declare(lib, path: Path) -> None:
             f"{path} has ABI version {version}, this candle-backend-cpu expects {ABI_VERSION}: reinstall the plugin"
         )
     names = lib.cd_names(b"dtypes").decode().rstrip(",").split(",")
-    expected = [d.name for d in sorted(ALL_DTYPES, key=lambda d: d.code)]
+    expected = [d.name for d in sorted(NUMERIC_DTYPES, key=lambda d: d.code)]
     if names != expected:
         raise BackendUnavailableError(f"{path} dtype codes {names} differ from candle-api's {expected}")
 
