@@ -19,12 +19,12 @@ import numpy as np
 from candle_api.quantized import GGML_TYPES, GgmlType
 
 from .llama import LlamaConfig
-from .llama_gguf import BLOCK_NAMES, GLOBAL_NAMES, ARCHITECTURES
+from .llama_gguf import BLOCK_NAMES, GLOBAL_NAMES
 from .rope import rope_inv_freq
 from .tokenizer import PRE_TOKENIZER_SPLITS, Tokenizer, read_json_object, token_text
 
 #: config.json model_type -> general.architecture (llama.cpp writes Mistral as llama).
-GGUF_ARCHITECTURES = {model_type: arch for arch, model_type in ARCHITECTURES.items()} | {"mistral": "llama"}
+GGUF_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama"}
 
 #: general.file_type, llama.cpp's llama_ftype, of a model whose matrices are (mostly) of a GGML type, by
 #: ggml type id. A file of one K-quant is what llama.cpp calls its _M variant. Q8_1 and Q8_K hold only

@@ -27,6 +27,9 @@ from .rope import ROPE_TYPES, RotaryEmbedding
 #: config.json ``model_type``s this module runs.
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 
+#: The MLP gate activations, by config.json name (Gemma's gelu_pytorch_tanh is GELU's tanh approximation).
+ACTIVATIONS = {"silu": F.silu, "gelu_pytorch_tanh": F.gelu}
+
 
 @dataclass(frozen=True)
 class LlamaConfig:
@@ -52,6 +55,7 @@ class LlamaConfig:
     # q/k rows as llama.cpp's converter stores them (each head's rotary pairs adjacent): rotate
     # interleaved pairs instead of halves, so quantized weights need no reordering.
     rope_interleaved: bool = False
+    hidden_act: str = "silu"  # the MLP's gate activation (a key of ACTIVATIONS)
 
     @classmethod
     def from_dict(cls, cfg: dict) -> "LlamaConfig":
@@ -64,22 +68,14 @@ class LlamaConfig:
             raise ValueError(f"hidden_act {cfg['hidden_act']!r} is not supported (the Llama family uses silu)")
         try:
             heads, layers = cfg["num_attention_heads"], cfg["num_hidden_layers"]
-            rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-            theta = rope.pop("rope_theta", cfg.get("rope_theta", 10000.0))
-            kind = rope.pop("rope_type", rope.pop("type", "default"))
-            if kind == "llama3":
-                rope.setdefault("original_max_position_embeddings", cfg["max_position_embeddings"])
-            if kind not in ROPE_TYPES:
-                raise ValueError(f"rope type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
-            if rope.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)) != 1.0:
-                raise ValueError("partial rotary embeddings (partial_rotary_factor < 1) are not supported")
+            theta, scaling = parse_rope(cfg.get("rope_parameters") or cfg.get("rope_scaling"), cfg,
+                                        cfg.get("rope_theta", 10000.0))
             return cls(
                 vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
                 intermediate_size=cfg["intermediate_size"], num_hidden_layers=layers, num_attention_heads=heads,
                 num_key_value_heads=cfg.get("num_key_value_heads") or heads,
                 head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-                rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=float(theta),
-                rope_scaling=None if kind == "default" else {"rope_type": kind, **rope},
+                rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
                 max_position_embeddings=cfg.get("max_position_embeddings", 4096),
                 tie_word_embeddings=cfg.get("tie_word_embeddings", False),
                 qkv_bias=model_type == "qwen2" or cfg.get("attention_bias", False),
@@ -98,6 +94,21 @@ class LlamaConfig:
         if (self.rope_scaling or {}).get("rope_type") == "dynamic":
             return int(self.max_position_embeddings * self.rope_scaling["factor"])
         return self.max_position_embeddings
+
+
+def parse_rope(rope: dict | None, cfg: dict, theta: float) -> tuple[float, dict | None]:
+    """(theta, rope_scaling or None for plain rope) from a config's rope parameters: transformers 5's
+    rope_parameters (or one entry of them) or 4's rope_scaling; ``theta`` when they do not say."""
+    rope = dict(rope or {})
+    theta = rope.pop("rope_theta", theta)
+    kind = rope.pop("rope_type", rope.pop("type", "default"))
+    if kind == "llama3":
+        rope.setdefault("original_max_position_embeddings", cfg["max_position_embeddings"])
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"rope type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+    if rope.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise ValueError("partial rotary embeddings (partial_rotary_factor < 1) are not supported")
+    return float(theta), None if kind == "default" else {"rope_type": kind, **rope}
 
 
 def _sliding_windows(cfg: dict, model_type: str, layers: int) -> tuple:
@@ -182,11 +193,15 @@ def _fused_rows(weights: list) -> list:
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, window: int | None):
+    """Grouped-query attention over the KV cache. A family may normalize q/k heads with its own ``norm``
+    class and scale the scores by other than 1/sqrt(head_dim)."""
+
+    def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, window: int | None, norm=nn.RmsNorm,
+                 scale: float | None = None):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = (config.num_attention_heads, config.num_key_value_heads,
                                                     config.head_dim)
-        self.window = window
+        self.window, self.scale = window, scale
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         if config.fused:
             self.qkv_proj = TransposedLinear(vb.pp("qkv_proj"), config.hidden_size, (q_size + 2 * kv_size,),
@@ -198,8 +213,8 @@ class LlamaAttention(nn.Module):
         self.rope = F.rope_i if config.rope_interleaved else F.rope
         self.q_norm = self.k_norm = None
         if config.qk_norm:
-            self.q_norm = nn.RmsNorm(self.head_dim, config.rms_norm_eps, vb=vb.pp("q_norm"))
-            self.k_norm = nn.RmsNorm(self.head_dim, config.rms_norm_eps, vb=vb.pp("k_norm"))
+            self.q_norm = norm(self.head_dim, config.rms_norm_eps, vb=vb.pp("q_norm"))
+            self.k_norm = norm(self.head_dim, config.rms_norm_eps, vb=vb.pp("k_norm"))
 
     def forward(self, x: c.Tensor, cos: c.Tensor, sin: c.Tensor, cache: KVCache | None, layer: int,
                 masks: dict) -> c.Tensor:
@@ -218,25 +233,28 @@ class LlamaAttention(nn.Module):
         s = k.shape[2]
         if isinstance(cache, BatchKVCache):  # one token per sequence, each sequence at its own length
             q = q.reshape(b, kvh, h // kvh, self.head_dim)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=cache.mask(self.window))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=cache.mask(self.window), scale=self.scale)
         elif t == 1:
             # Decoding sees every cached key (or the last `window`): the query heads sharing a key/value
             # head are the rows of one query matrix, so grouped attention is plain attention.
             if self.window is not None and s > self.window:
                 k, v = k.narrow(2, s - self.window, self.window), v.narrow(2, s - self.window, self.window)
-            y = F.scaled_dot_product_attention(q.reshape(b, kvh, h // kvh, self.head_dim), k, v)
+            q = q.reshape(b, kvh, h // kvh, self.head_dim)
+            y = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
         elif s == t and (self.window is None or self.window >= s):
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
+            y = y.transpose(1, 2)
         else:
             if self.window not in masks:
                 masks[self.window] = attention_mask(t, s - t, self.window, x.device)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=masks[self.window], enable_gqa=True)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=masks[self.window], scale=self.scale,
+                                               enable_gqa=True)
             y = y.transpose(1, 2)
         return self.o_proj(y.reshape(b, t, h * self.head_dim))
 
 
 class LlamaMLP(nn.Module):
-    """down(silu(gate(x)) * up(x)), gate and up in one product."""
+    """down(act(gate(x)) * up(x)), gate and up in one product; act is silu but for Gemma."""
 
     def __init__(self, config: LlamaConfig, vb: nn.VarBuilder):
         super().__init__()
@@ -248,10 +266,11 @@ class LlamaMLP(nn.Module):
             self.gate_up_proj = TransposedLinear(vb, config.hidden_size, (self.ffn, self.ffn), config.mlp_bias,
                                                  ("gate_proj", "up_proj"))
         self.down_proj = TransposedLinear(vb.pp("down_proj"), self.ffn, (config.hidden_size,), config.mlp_bias)
+        self.act = ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: c.Tensor) -> c.Tensor:
         gate_up = self.gate_up_proj(x)
-        return self.down_proj(F.silu(gate_up.narrow(-1, 0, self.ffn)) * gate_up.narrow(-1, self.ffn, self.ffn))
+        return self.down_proj(self.act(gate_up.narrow(-1, 0, self.ffn)) * gate_up.narrow(-1, self.ffn, self.ffn))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -269,29 +288,36 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    """The decoder stack. With tied embeddings the table lives in the causal
-    LM's output layer (transposed, for decoding) and ``embed_tokens`` is None."""
+    """The decoder stack, of ``layer_class`` layers and a final ``norm_class`` norm. With tied embeddings
+    the table lives in the causal LM's output layer (transposed, for decoding) and ``embed_tokens`` is None."""
 
-    def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, progress=None):
+    def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, progress=None, layer_class=LlamaDecoderLayer,
+                 norm_class=nn.RmsNorm):
         super().__init__()
         self.embed_tokens = None if config.tie_word_embeddings else _embedding(
             vb.pp("embed_tokens"), config.vocab_size, config.hidden_size)
         layers = []
         for i, window in enumerate(config.sliding_windows):
-            layers.append(LlamaDecoderLayer(config, vb.pp("layers").pp(i), window))
+            layers.append(layer_class(config, vb.pp("layers").pp(i), window))
             if progress is not None:
                 progress.update()
         self.layers = nn.ModuleList(layers)
-        self.norm = nn.RmsNorm(config.hidden_size, config.rms_norm_eps, vb=vb.pp("norm"))
+        self.norm = norm_class(config.hidden_size, config.rms_norm_eps, vb=vb.pp("norm"))
 
 
 class LlamaForCausalLM(DecoderLM):
-    """A Llama-family decoder with its language-model head (calls: see :class:`DecoderLM`)."""
+    """A Llama-family decoder with its language-model head (calls: see :class:`DecoderLM`). A family
+    that differs in its layers and norms (Gemma 3) subclasses it with its own ``config_class``,
+    ``layer_class`` and ``norm_class``."""
+
+    config_class = LlamaConfig
+    layer_class = LlamaDecoderLayer
+    norm_class = nn.RmsNorm
 
     def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, progress=None):
         super().__init__()
         self.config = config
-        self.model = LlamaModel(config, vb.pp("model"), progress)
+        self.model = LlamaModel(config, vb.pp("model"), progress, self.layer_class, self.norm_class)
         head = vb.pp("model").pp("embed_tokens") if config.tie_word_embeddings else vb.pp("lm_head")
         self.lm_head = TransposedLinear(head, config.hidden_size, (config.vocab_size,), False)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling,
@@ -326,21 +352,29 @@ class LlamaForCausalLM(DecoderLM):
         new ones make at most ``config.context_length``. With a
         :class:`BatchKVCache` the ids are (batch, 1), one token for each of
         its sequences, each at its own position."""
+        ids, t, tables = self._positions(input_ids, cache)
+        x = self.embed(ids)
+        masks = {}  # the attention masks this forward needs, one per window, shared by the layers
+        for i, (layer, (cos, sin)) in enumerate(zip(self.model.layers, self._rope_tables(tables))):
+            x = layer(x, cos, sin, cache, i, masks)
+        return self.lm_head(self.model.norm(finish(x, cache, t, last_only)))
+
+    def _positions(self, input_ids, cache) -> tuple:
+        """(ids, their length, tables): ``tables(rotary)`` gives the cos/sin tables of this forward's
+        positions, each sequence at its own with a :class:`BatchKVCache`."""
         if isinstance(cache, BatchKVCache):
             positions = cache.begin_step()
             ids, t, _ = prepare(self, input_ids, None)
             if ids.shape != (cache.batch, 1):
                 raise ShapeError(f"a batch cache of {cache.batch} sequences takes ids of shape ({cache.batch}, 1), "
                                  f"got {ids.shape}")
-            cos, sin = self.rotary.cos_sin_at(positions)
-        else:
-            ids, t, offset = prepare(self, input_ids, cache)
-            cos, sin = self.rotary.cos_sin(offset, t)
-        x = self.embed(ids)
-        masks = {}  # the attention masks this forward needs, one per window, shared by the layers
-        for i, layer in enumerate(self.model.layers):
-            x = layer(x, cos, sin, cache, i, masks)
-        return self.lm_head(self.model.norm(finish(x, cache, t, last_only)))
+            return ids, t, lambda rotary: rotary.cos_sin_at(positions)
+        ids, t, offset = prepare(self, input_ids, cache)
+        return ids, t, lambda rotary: rotary.cos_sin(offset, t)
+
+    def _rope_tables(self, tables) -> list:
+        """Each layer's cos/sin tables: one rope for every layer."""
+        return [tables(self.rotary)] * len(self.model.layers)
 
     @classmethod
     def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,
@@ -358,13 +392,13 @@ class LlamaForCausalLM(DecoderLM):
         path = resolve(repo_or_path, revision=revision)
         gguf = find_gguf(path)
         if gguf is not None:
-            config, tensors = gguf_checkpoint(gguf, quantized=dtype is None)
+            config, tensors = gguf_checkpoint(gguf, quantized=dtype is None, config_class=cls.config_class)
             vb = nn.VarBuilder.from_tensors(tensors, dtype or "f32", device)
         else:
             from .pretrained import load_folder
 
             _, cfg, vb = load_folder(path, dtype or "f32", device)
-            config = LlamaConfig.from_dict(cfg)
+            config = cls.config_class.from_dict(cfg)
         if progress is not None:
             progress.total = config.num_hidden_layers
         with c.no_grad():

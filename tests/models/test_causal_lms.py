@@ -101,7 +101,7 @@ def test_the_family_comes_from_the_config(tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(ValueError, match=r"model_type 't5' is not a supported causal language model "
-                                         r"\(supported: llama, mistral, qwen2, qwen3, phi3, gpt2, falcon\)"):
+                                         r"\(supported: llama, mistral, qwen2, qwen3, phi3, gemma3_text, gpt2, falcon\)"):
         causal_lm.family(folder)
     (folder / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
     assert causal_lm.family(folder) is GPT2LMHeadModel

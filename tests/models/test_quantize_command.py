@@ -384,7 +384,7 @@ def test_errors_are_one_line(folder, tmp_path):
     cases.append(([str(empty), out], "no weights found"))
     other = tmp_path / "gpt2.gguf"
     c.save({"w": c.zeros((2, 32))}, other, {"general.architecture": "gpt2"}, format="gguf")
-    cases.append(([str(other), out], "GGUF architecture 'gpt2' is not a Llama-family model (supported: llama, qwen2, qwen3)"))
+    cases.append(([str(other), out], "GGUF architecture 'gpt2' is not a Llama-family model (supported: llama, qwen2, qwen3, phi3, gemma3)"))
     for argv, message in cases:
         code, stdout, err = run_cli(*argv, "--type", "q8_0")
         assert (code, stdout) == (1, ""), argv
