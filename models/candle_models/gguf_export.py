@@ -21,7 +21,8 @@ from candle_api.quantized import GGML_TYPES, GgmlType
 from .llama import LlamaConfig
 from .llama_gguf import BLOCK_NAMES, GLOBAL_NAMES
 from .rope import rope_inv_freq
-from .tokenizer import PRE_TOKENIZER_SPLITS, Tokenizer, read_json_object, token_text
+from .gguf_vocab import PRE_TOKENIZERS
+from .tokenizer import Tokenizer, read_json_object, token_text
 
 #: config.json model_type -> general.architecture (llama.cpp writes Mistral as llama).
 GGUF_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama"}
@@ -186,7 +187,7 @@ def _special_tokens(folder: Path, tok: Tokenizer, vocab: dict) -> dict:
 def pre_tokenizer_name(pre: dict | None) -> str:
     """llama.cpp's name (tokenizer.ggml.pre) for the way a tokenizer.json splits text before byte-level BPE,
     from its regexes; "default", llama.cpp's fallback, when they are not ones it names."""
-    names = {PRE_TOKENIZER_SPLITS[name]: name for name in ("gpt-2", "smollm", "llama-bpe", "qwen2")}
+    names = {PRE_TOKENIZERS[name]: name for name in ("gpt-2", "smollm", "llama-bpe", "qwen2")}
     return names.get(_splits(pre), "default")
 
 
@@ -203,7 +204,7 @@ def _splits(pre: dict | None) -> tuple | None:
             regexes.append(r"\p{N}")
         elif kind == "ByteLevel":
             if step.get("use_regex", True):
-                regexes += PRE_TOKENIZER_SPLITS["gpt-2"]
+                regexes += PRE_TOKENIZERS["gpt-2"]
         else:
             return None
     return tuple(regexes)

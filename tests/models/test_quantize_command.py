@@ -31,6 +31,7 @@ from candle_models.cli import register
 from candle_models.gguf_export import pre_tokenizer_name
 from candle_models.llama import LlamaForCausalLM
 from candle_models.tokenizer import Tokenizer
+from test_llama import spm_cases
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 320, "hidden_size": 256,
@@ -334,8 +335,8 @@ def test_sentencepiece_vocabularies_become_llama_tokenizers(tmp_path):
     assert meta["tokenizer.ggml.token_type"][:4] == [2, 3, 3, 6]  # unknown, control, control, byte
     assert meta["tokenizer.ggml.add_bos_token"] is True and meta["tokenizer.ggml.add_space_prefix"] is True
     ours = Tokenizer.from_pretrained(tmp_path / "spm.gguf")
-    for case in json.loads((FIXTURES / "spm_tokens.json").read_text()):
-        assert ours.encode(case["text"]) == case["ids"], case["text"]
+    for text, ids, _ in spm_cases(spm):
+        assert ours.encode(text) == ids, text
 
 
 # ---- GGUF -> GGUF -------------------------------------------------------------------------------------
