@@ -25,7 +25,7 @@ def family(repo_or_path: str | os.PathLike, revision: str | None = None) -> type
     """The class of the model at ``repo_or_path``; a ValueError listing the supported families otherwise."""
     from .config import load_config
     from .hub import model_folder, resolve
-    from .llama_gguf import find_gguf, gguf_model_type
+    from .gguf_models import find_gguf, gguf_model_type
 
     path = resolve(repo_or_path, revision=revision)
     gguf = find_gguf(path)

@@ -12,7 +12,7 @@ from candle_api.errors import ArgumentError, FormatError
 from candle_api.io import format_for
 
 from .hub import default_model, model_folder, resolve
-from .llama_gguf import find_gguf
+from .gguf_models import find_gguf
 
 EMBED_HELP = """Sentence embeddings with a BERT-family model (mean pooling, L2 normalized).
 Prints the cosine similarity of every pair of texts; --json prints the vectors.

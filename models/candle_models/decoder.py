@@ -127,11 +127,22 @@ class DecoderLM(nn.Module):
     @classmethod
     def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,
                         revision: str | None = None):
-        """From a folder with config.json and safetensors (or PyTorch) weights, or a Hugging Face repo id;
-        ``dtype`` None loads f32. ``progress`` advances once per layer built."""
+        """From a GGUF file, a folder with config.json and safetensors (or PyTorch) weights, or a Hugging
+        Face repo id (offline from the cache). ``dtype`` None keeps a GGUF's quantized weights in their
+        blocks (f32 activations) and loads other checkpoints in f32; a dtype dequantizes (or converts)
+        every weight to it. ``progress`` (a :class:`~candle_models.progress.Progress`-like object with
+        ``update``) advances once per layer built."""
+        from .gguf_models import find_gguf, gguf_checkpoint
+        from .hub import resolve
         from .pretrained import load_folder
 
-        _, cfg, vb = load_folder(repo_or_path, dtype or "f32", device, revision)
+        path = resolve(repo_or_path, revision=revision)
+        gguf = find_gguf(path)
+        if gguf is not None:
+            cfg, tensors = gguf_checkpoint(gguf, quantized=dtype is None)
+            vb = nn.VarBuilder.from_tensors(tensors, dtype or "f32", device)
+        else:
+            _, cfg, vb = load_folder(path, dtype or "f32", device)
         config = cls.config_class.from_dict(cfg)
         if progress is not None:
             progress.total = config.num_hidden_layers

@@ -11,7 +11,6 @@ the rope may be scaled.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import candle_api as c
@@ -83,6 +82,7 @@ class LlamaConfig:
                 mlp_bias=cfg.get("mlp_bias", False),
                 sliding_windows=_sliding_windows(cfg, model_type, layers),
                 model_type=model_type, qk_norm=model_type == "qwen3", fused=model_type == "phi3",
+                rope_interleaved=cfg.get("rope_interleaved", False),
             )
         except KeyError as exc:
             raise ValueError(f"the config has no {exc.args[0]!r}") from None
@@ -174,7 +174,8 @@ class _QuantizedEmbedding(nn.Module):
         return self.weight.embedding(ids)
 
 
-def _embedding(vb: nn.VarBuilder, vocab: int, hidden: int) -> nn.Module:
+def embedding_layer(vb: nn.VarBuilder, vocab: int, hidden: int) -> nn.Module:
+    """An embedding table, kept in its blocks when the checkpoint's is quantized."""
     weight = vb.get_weight((vocab, hidden), "weight")
     return _QuantizedEmbedding(weight) if isinstance(weight, QTensor) else nn.Embedding(vocab, hidden, vb=vb)
 
@@ -294,7 +295,7 @@ class LlamaModel(nn.Module):
     def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, progress=None, layer_class=LlamaDecoderLayer,
                  norm_class=nn.RmsNorm):
         super().__init__()
-        self.embed_tokens = None if config.tie_word_embeddings else _embedding(
+        self.embed_tokens = None if config.tie_word_embeddings else embedding_layer(
             vb.pp("embed_tokens"), config.vocab_size, config.hidden_size)
         layers = []
         for i, window in enumerate(config.sliding_windows):
@@ -375,31 +376,3 @@ class LlamaForCausalLM(DecoderLM):
     def _rope_tables(self, tables) -> list:
         """Each layer's cos/sin tables: one rope for every layer."""
         return [tables(self.rotary)] * len(self.model.layers)
-
-    @classmethod
-    def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,
-                        revision: str | None = None) -> "LlamaForCausalLM":
-        """From a GGUF file, a folder with config.json and safetensors (or
-        PyTorch) weights, or a Hugging Face repo id (offline from the cache).
-        ``dtype`` None keeps a GGUF's quantized weights in their blocks (f32
-        activations) and loads other checkpoints in f32; a dtype dequantizes
-        (or converts) every weight to it. ``progress`` (a
-        :class:`~candle_models.progress.Progress`-like object with ``update``)
-        advances once per layer built."""
-        from .hub import resolve
-        from .llama_gguf import find_gguf, gguf_checkpoint
-
-        path = resolve(repo_or_path, revision=revision)
-        gguf = find_gguf(path)
-        if gguf is not None:
-            config, tensors = gguf_checkpoint(gguf, quantized=dtype is None, config_class=cls.config_class)
-            vb = nn.VarBuilder.from_tensors(tensors, dtype or "f32", device)
-        else:
-            from .pretrained import load_folder
-
-            _, cfg, vb = load_folder(path, dtype or "f32", device)
-            config = cls.config_class.from_dict(cfg)
-        if progress is not None:
-            progress.total = config.num_hidden_layers
-        with c.no_grad():
-            return cls(config, vb, progress)

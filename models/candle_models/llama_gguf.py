@@ -1,13 +1,12 @@
-"""Llama-family GGUF files (llama.cpp's layout: its ``llama``, ``qwen2``,
-``qwen3``, ``phi3`` and ``gemma3`` architectures) as a Hugging Face
-checkpoint: the metadata as a config.json, the tensors under transformers'
-names: the quantized matrices kept in their blocks (QTensors, multiplied as
-they are), or dequantized to f32 as they are read.
+"""Llama-family GGUF files (llama.cpp's ``llama``, ``qwen2``, ``qwen3``,
+``phi3`` and ``gemma3`` architectures) as a Hugging Face checkpoint: the
+metadata as a config.json, the tensors under transformers' names (read
+through :mod:`.gguf_models`).
 
 llama.cpp's converter permutes the rows of attn_q/attn_k of ``llama``
 models (Llama, Mistral, SmolLM2) so that each head's rotary pairs are
-adjacent (its interleaved rope); we undo that, so one model and one rope
-serve every format and the weights equal transformers' exactly. The other
+adjacent (its interleaved rope); dequantized, we undo that, so the weights
+equal transformers' exactly; quantized, the rope rotates pairs. The other
 architectures are not permuted. Its converter stores Gemma's norm weights
 plus one (the multiplier Gemma's RMSNorm applies); they are read back minus
 one, as transformers reads them.
@@ -15,16 +14,12 @@ one, as transformers reads them.
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections.abc import Mapping
-from pathlib import Path
 
 import candle_api as c
-from candle_api.errors import FormatError
 from candle_api.quantized import QTensor
 
-from .llama import LlamaConfig
+from .gguf_models import GgufTensors, TensorNames, gguf_key
 
 #: general.architecture -> config.json model_type (llama.cpp writes Mistral and SmolLM2 as llama).
 ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3", "gemma3": "gemma3_text"}
@@ -55,37 +50,11 @@ ARCH_BLOCK_NAMES = {
     "gemma3": {"post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
                "post_ffw_norm": "post_feedforward_layernorm"},
 }
-_BLOCK_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
 
 
-def block_names(arch: str) -> dict:
-    """llama.cpp's block tensor names -> transformers' (within a layer) for ``arch``."""
-    return BLOCK_NAMES | ARCH_BLOCK_NAMES.get(arch, {})
-
-
-def hf_name(gguf_name: str, arch: str = "llama") -> str | None:
-    """transformers' name for a llama.cpp tensor name (None for tensors the model does not read)."""
-    match = _BLOCK_NAME.match(gguf_name)
-    if match:
-        layer, part, kind = match.groups()
-        names = block_names(arch)
-        return f"model.layers.{layer}.{names[part]}.{kind}" if part in names else None
-    stem, _, kind = gguf_name.rpartition(".")
-    return f"{GLOBAL_NAMES[stem]}.{kind}" if stem in GLOBAL_NAMES else None
-
-
-def find_gguf(path: Path) -> Path | None:
-    """The GGUF file ``path`` names, or the one a folder without config.json holds; None otherwise."""
-    path = Path(path)
-    if path.is_file():
-        with open(path, "rb") as f:
-            return path if f.read(4) == b"GGUF" else None
-    if (path / "config.json").exists():
-        return None
-    found = sorted(path.glob("*.gguf"))
-    if len(found) > 1:
-        raise FormatError(path, None, f"several GGUF files ({', '.join(p.name for p in found)}): name one")
-    return found[0] if found else None
+def tensor_names(arch: str):
+    """llama.cpp's and transformers' tensor names of ``arch``."""
+    return TensorNames("model.layers", BLOCK_NAMES | ARCH_BLOCK_NAMES.get(arch, {}), GLOBAL_NAMES)
 
 
 def config_dict(metadata: Mapping, names) -> dict:
@@ -95,12 +64,7 @@ def config_dict(metadata: Mapping, names) -> dict:
         raise ValueError(f"GGUF architecture {arch!r} is not a Llama-family model (supported: "
                          f"{', '.join(ARCHITECTURES)})")
 
-    def key(name, default=KeyError):
-        value = metadata.get(f"{arch}.{name}", default)
-        if value is KeyError:
-            raise ValueError(f"the GGUF metadata has no {arch}.{name}")
-        return value
-
+    key = gguf_key(metadata, arch)
     heads = key("attention.head_count")
     head_dim = key("attention.key_length", key("embedding_length") // heads)
     if key("rope.dimension_count", head_dim) != head_dim:
@@ -128,8 +92,11 @@ def config_dict(metadata: Mapping, names) -> dict:
         cfg["rope_scaling"] = {"rope_type": "linear", "factor": key("rope.scaling.factor")}
     elif scaling != "none":
         raise ValueError(f"GGUF rope scaling {scaling!r} is not supported (linear, or a rope_freqs tensor)")
-    if arch == "phi3" and key("attention.sliding_window", 0):  # llama.cpp ignores it; transformers slides
+    if arch in ("llama", "phi3") and key("attention.sliding_window", 0):
+        # llama.cpp ignores it for these architectures; transformers (and candle) slide the window. A llama
+        # file with one is Mistral's (candle quantize writes it; llama.cpp's converter leaves it out).
         cfg["sliding_window"] = key("attention.sliding_window")
+        cfg["model_type"] = "mistral" if arch == "llama" else arch
     if arch == "gemma3":
         cfg |= _gemma3_keys(key, cfg)
     return cfg
@@ -159,71 +126,33 @@ def _gemma3_keys(key, cfg: dict) -> dict:
     }
 
 
-class GgufTensors(Mapping):
-    """The tensors of a GGUF of ``arch`` under transformers' names, with llama.cpp's q/k
-    row permutation undone when ``unpermute`` and Gemma's norms shifted back. Quantized matrices stay
-    QTensors when ``quantized``, else are dequantized to f32 when read."""
-
-    def __init__(self, file, arch: str, unpermute: bool, heads: int, kv_heads: int, quantized: bool = True):
-        self._file = file
-        self._names = {hf: g for g in file if (hf := hf_name(g, arch)) is not None}
-        self._heads = {"q_proj": heads, "k_proj": kv_heads} if unpermute else {}
-        self._norm_shift = arch == "gemma3"
-        self._quantized = quantized
-        self._last = (None, None)  # VarBuilder reads a tensor twice (shape, then values): convert once
-
-    def __getitem__(self, name: str):
-        if self._last[0] == name:
-            return self._last[1]
-        t = self._file[self._names[name]]
-        if isinstance(t, QTensor) and not (self._quantized and t.rank == 2):
-            t = t.dequantize()
-        elif not isinstance(t, QTensor):
-            t = t.to_dtype("f32")
-        proj = name.split(".")[-2]
-        if proj in self._heads:
-            t = _unpermute(t, self._heads[proj])
-        if self._norm_shift and proj.endswith("norm"):
-            t = t - 1.0
-        self._last = (name, t)
-        return t
-
-    def __iter__(self):
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-
 def _unpermute(t: c.Tensor, heads: int) -> c.Tensor:
     """llama.cpp stores row (head, j, half) of transformers' (head, half, j): swap them back."""
     rows = t.shape[0]
     return t.reshape((heads, rows // heads // 2, 2) + t.shape[1:]).transpose(1, 2).reshape(t.shape)
 
 
-def gguf_checkpoint(path: Path, quantized: bool = True, config_class=LlamaConfig) -> tuple:
-    """The config (a ``config_class``) and the tensors of a Llama-family GGUF: quantized matrices
-    kept as QTensors when ``quantized``, else dequantized (lazily) to f32."""
-    file = c.load(str(path))
+def read_gguf(file, quantized: bool = True) -> tuple:
+    """(config.json as a dict, GgufTensors) of a Llama-family GGUF. A quantized ``llama`` file keeps
+    llama.cpp's q/k row order (no copy of the blocks) and its config says to rotate interleaved pairs
+    (``rope_interleaved``); dequantized, the rows are put back in transformers' order."""
     names = set(file)
+    arch = file.metadata["general.architecture"]
     cfg = config_dict(file.metadata, names)
     if "rope_freqs.weight" in names:  # llama.cpp's form of Llama 3's rope scaling: divisors per frequency
         factors = file["rope_freqs.weight"]
         factors = factors.dequantize() if isinstance(factors, QTensor) else factors
         cfg["rope_scaling"] = {"rope_type": "freq_factors", "factors": factors.numpy().tolist()}
-    config = config_class.from_dict(cfg)
-    permuted = cfg["model_type"] == "llama"  # the converter permutes q/k of its llama architecture only
-    if quantized and permuted:  # keep llama.cpp's q/k row order (no copy of the blocks) and rotate pairs
-        config = dataclasses.replace(config, rope_interleaved=True)
-    return config, GgufTensors(file, file.metadata["general.architecture"], permuted and not quantized,
-                               config.num_attention_heads, config.num_key_value_heads, quantized)
+    permuted = arch == "llama"  # the converter permutes q/k of its llama architecture only
+    cfg["rope_interleaved"] = permuted and quantized
+    heads = {"q_proj": cfg["num_attention_heads"], "k_proj": cfg["num_key_value_heads"]}
 
+    def transform(name: str, t):
+        proj = name.split(".")[-2]
+        if permuted and not quantized and proj in heads:
+            t = _unpermute(t, heads[proj])
+        if arch == "gemma3" and proj.endswith("norm"):  # stored as the multiplier 1 + w
+            t = t - 1.0
+        return t
 
-def gguf_model_type(path: Path) -> str:
-    """The config.json model_type of a GGUF's general.architecture; a ValueError listing the
-    architectures read here otherwise."""
-    arch = c.load(str(path)).metadata.get("general.architecture")
-    if arch not in ARCHITECTURES:
-        raise ValueError(f"{path}: GGUF architecture {arch!r} is not supported (supported: "
-                         f"{', '.join(ARCHITECTURES)})")
-    return ARCHITECTURES[arch]
+    return cfg, GgufTensors(file, tensor_names(arch).of(file), quantized, transform)

@@ -132,7 +132,7 @@ class Tokenizer:
         import candle_api as c
 
         from .hub import model_folder, resolve
-        from .llama_gguf import find_gguf
+        from .gguf_models import find_gguf
 
         path = resolve(repo_or_path, revision=revision)
         gguf = find_gguf(path)
