@@ -22,7 +22,7 @@ import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
 
-from .decoder import DecoderLM, KVCache, causal_attention, finish, prepare
+from .decoder import DecoderLM, KVCache, causal_attention, finish
 from .gguf_models import GgufTensors, TensorNames, gguf_key
 from .llama import TransposedLinear, embedding_layer
 from .rope import RotaryEmbedding
@@ -118,7 +118,7 @@ class FalconAttention(nn.Module):
         q, k = F.rope(q.contiguous(), cos, sin), F.rope(k.contiguous(), cos, sin)
         if cache is not None:
             k, v = cache.update(layer, k, v)
-        y = causal_attention(q, k, v, enable_gqa=self.kv_heads != self.heads)
+        y = causal_attention(q, k, v, cache, enable_gqa=self.kv_heads != self.heads)
         return self.dense(y.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
 
 
@@ -170,12 +170,12 @@ class FalconForCausalLM(DecoderLM):
         return self.ln_f.weight
 
     def forward(self, input_ids, cache: KVCache | None = None, last_only: bool = False) -> c.Tensor:
-        ids, t, offset = prepare(self, input_ids, cache)
-        cos, sin = self.rotary.cos_sin(offset, t)
+        ids, positions = self.start(input_ids, cache)
+        cos, sin = positions.rope(self.rotary)
         x = self.word_embeddings(ids)
         for i, layer in enumerate(self.h):
             x = layer(x, cos, sin, cache, i)
-        return self.lm_head(self.ln_f(finish(x, cache, t, last_only)))
+        return self.lm_head(self.ln_f(finish(x, cache, positions.length, last_only)))
 
 
 def gguf_names(two_norms: bool) -> TensorNames:

@@ -153,10 +153,10 @@ class Gemma3ForCausalLM(LlamaForCausalLM):
     def embed(self, ids: c.Tensor) -> c.Tensor:
         return super().embed(ids) * self.embed_scale
 
-    def _rope_tables(self, tables) -> list:
+    def _rope_tables(self, positions) -> list:
         """The sliding layers' tables from the local rope, the global layers' from the global one."""
-        glob = tables(self.rotary)
-        local = tables(self.local_rotary) if any(w is not None for w in self.config.sliding_windows) else None
+        glob = positions.rope(self.rotary)
+        local = positions.rope(self.local_rotary) if any(w is not None for w in self.config.sliding_windows) else None
         return [glob if w is None else local for w in self.config.sliding_windows]
 
     def forward(self, input_ids, cache=None, last_only: bool = False) -> c.Tensor:

@@ -20,7 +20,7 @@ from candle_api import functional as F
 from candle_api import nn
 from candle_api.quantized import QTensor
 
-from .decoder import DecoderLM, KVCache, causal_attention, finish, prepare
+from .decoder import DecoderLM, KVCache, causal_attention, finish
 from .gguf_models import GgufTensors, TensorNames, gguf_key
 from .llama import TransposedLinear, embedding_layer
 
@@ -111,7 +111,7 @@ class GPT2Attention(nn.Module):
         q, k, v = qkv.narrow(1, 0, h), qkv.narrow(1, h, h), qkv.narrow(1, 2 * h, h)
         if cache is not None:
             k, v = cache.update(layer, k, v)
-        y = causal_attention(q, k, v, scale=self.scale)
+        y = causal_attention(q, k, v, cache, scale=self.scale)
         return self.c_proj(y.transpose(1, 2).reshape(b, t, h * self.head_dim))
 
 
@@ -155,12 +155,11 @@ class GPT2LMHeadModel(DecoderLM):
         return self.ln_f.weight
 
     def forward(self, input_ids, cache: KVCache | None = None, last_only: bool = False) -> c.Tensor:
-        ids, t, offset = prepare(self, input_ids, cache)
-        positions = c.arange(offset, offset + t, dtype="u32", device=self.device)
-        x = self.wte(ids) + self.wpe(positions)
+        ids, positions = self.start(input_ids, cache)
+        x = self.wte(ids) + self.wpe(positions.ids(self.device))
         for i, block in enumerate(self.h):
             x = block(x, cache, i)
-        x = self.ln_f(finish(x, cache, t, last_only))
+        x = self.ln_f(finish(x, cache, positions.length, last_only))
         return self.head(x) if self.head is not None else x.matmul(self.wte.weight.t())
 
 

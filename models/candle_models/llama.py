@@ -16,11 +16,10 @@ from dataclasses import dataclass
 import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
-from candle_api.errors import ShapeError
 from candle_api.quantized import QTensor
 
 from .batch_cache import BatchKVCache
-from .decoder import DecoderLM, KVCache, attention_mask, finish, prepare
+from .decoder import DecoderLM, KVCache, attention_mask, finish
 from .rope import ROPE_TYPES, RotaryEmbedding
 
 #: config.json ``model_type``s this module runs.
@@ -341,11 +340,6 @@ class LlamaForCausalLM(DecoderLM):
         head = self.lm_head
         return head.weight_t.device if head.weight_t is not None else head.quantized[0].device
 
-    def new_batch_cache(self, max_batch: int) -> BatchKVCache:
-        """A cache for continuous batching: sequences prefilled one by one (``admit``), then decoded
-        together, one token each per forward of (batch, 1) ids."""
-        return BatchKVCache(self.config, max_batch, self.dtype, self.device)
-
     def forward(self, input_ids, cache: KVCache | None = None, last_only: bool = False) -> c.Tensor:
         """Logits for ``input_ids`` (batch, seq) of integer ids; ``last_only``
         computes them for the last position only (batch, 1, vocab), all
@@ -353,26 +347,13 @@ class LlamaForCausalLM(DecoderLM):
         new ones make at most ``config.context_length``. With a
         :class:`BatchKVCache` the ids are (batch, 1), one token for each of
         its sequences, each at its own position."""
-        ids, t, tables = self._positions(input_ids, cache)
+        ids, positions = self.start(input_ids, cache)
         x = self.embed(ids)
         masks = {}  # the attention masks this forward needs, one per window, shared by the layers
-        for i, (layer, (cos, sin)) in enumerate(zip(self.model.layers, self._rope_tables(tables))):
+        for i, (layer, (cos, sin)) in enumerate(zip(self.model.layers, self._rope_tables(positions))):
             x = layer(x, cos, sin, cache, i, masks)
-        return self.lm_head(self.model.norm(finish(x, cache, t, last_only)))
+        return self.lm_head(self.model.norm(finish(x, cache, positions.length, last_only)))
 
-    def _positions(self, input_ids, cache) -> tuple:
-        """(ids, their length, tables): ``tables(rotary)`` gives the cos/sin tables of this forward's
-        positions, each sequence at its own with a :class:`BatchKVCache`."""
-        if isinstance(cache, BatchKVCache):
-            positions = cache.begin_step()
-            ids, t, _ = prepare(self, input_ids, None)
-            if ids.shape != (cache.batch, 1):
-                raise ShapeError(f"a batch cache of {cache.batch} sequences takes ids of shape ({cache.batch}, 1), "
-                                 f"got {ids.shape}")
-            return ids, t, lambda rotary: rotary.cos_sin_at(positions)
-        ids, t, offset = prepare(self, input_ids, cache)
-        return ids, t, lambda rotary: rotary.cos_sin(offset, t)
-
-    def _rope_tables(self, tables) -> list:
+    def _rope_tables(self, positions) -> list:
         """Each layer's cos/sin tables: one rope for every layer."""
-        return [tables(self.rotary)] * len(self.model.layers)
+        return [positions.rope(self.rotary)] * len(self.model.layers)
