@@ -27,7 +27,7 @@ import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
 
-from .llama import LlamaAttention, LlamaConfig, LlamaForCausalLM, LlamaMLP, parse_rope
+from .llama import LlamaAttention, LlamaConfig, LlamaForCausalLM, LlamaMLP, parse_rope, sizes
 from .rope import RotaryEmbedding
 
 #: config.json ``model_type``s this module runs (Gemma3ForCausalLM's; the multimodal "gemma3" is refused).
@@ -61,7 +61,6 @@ class Gemma3Config(LlamaConfig):
         if cfg.get("use_bidirectional_attention"):
             raise ValueError("use_bidirectional_attention (EmbeddingGemma) is not supported: Gemma 3 is causal")
         try:
-            heads, layers = cfg["num_attention_heads"], cfg["num_hidden_layers"]
             rope = cfg.get("rope_parameters") or {}
             if "full_attention" not in rope:  # transformers 4: rope_theta, rope_scaling and rope_local_base_freq
                 rope = {"full_attention": {"rope_theta": cfg.get("rope_theta", 1e6), **(cfg.get("rope_scaling") or {})},
@@ -70,15 +69,11 @@ class Gemma3Config(LlamaConfig):
             local_theta, local_scaling = parse_rope(rope.get("sliding_attention"), cfg, 1e4)
             bias = cfg.get("attention_bias", False)
             return cls(
-                vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
-                intermediate_size=cfg["intermediate_size"], num_hidden_layers=layers, num_attention_heads=heads,
-                num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-                head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-                rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
-                max_position_embeddings=cfg.get("max_position_embeddings", 131072),
+                **sizes(cfg, 131072), rope_theta=theta, rope_scaling=scaling,
                 tie_word_embeddings=cfg.get("tie_word_embeddings", True), qkv_bias=bias, o_bias=bias,
-                mlp_bias=False, sliding_windows=_windows(cfg, layers), model_type=model_type, qk_norm=True,
-                hidden_act="gelu_pytorch_tanh", query_pre_attn_scalar=float(cfg.get("query_pre_attn_scalar", 256)),
+                mlp_bias=False, sliding_windows=_windows(cfg, cfg["num_hidden_layers"]), model_type=model_type,
+                qk_norm=True, hidden_act="gelu_pytorch_tanh",
+                query_pre_attn_scalar=float(cfg.get("query_pre_attn_scalar", 256)),
                 final_logit_softcapping=cfg.get("final_logit_softcapping"),
                 rope_local_theta=local_theta, rope_local_scaling=local_scaling,
             )

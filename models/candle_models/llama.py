@@ -65,21 +65,15 @@ class LlamaConfig:
         if cfg.get("hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act {cfg['hidden_act']!r} is not supported (the Llama family uses silu)")
         try:
-            heads, layers = cfg["num_attention_heads"], cfg["num_hidden_layers"]
             theta, scaling = parse_rope(cfg.get("rope_parameters") or cfg.get("rope_scaling"), cfg,
                                         cfg.get("rope_theta", 10000.0))
             return cls(
-                vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
-                intermediate_size=cfg["intermediate_size"], num_hidden_layers=layers, num_attention_heads=heads,
-                num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-                head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-                rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
-                max_position_embeddings=cfg.get("max_position_embeddings", 4096),
+                **sizes(cfg, 4096), rope_theta=theta, rope_scaling=scaling,
                 tie_word_embeddings=cfg.get("tie_word_embeddings", False),
                 qkv_bias=model_type == "qwen2" or cfg.get("attention_bias", False),
                 o_bias=model_type != "qwen2" and cfg.get("attention_bias", False),
                 mlp_bias=cfg.get("mlp_bias", False),
-                sliding_windows=_sliding_windows(cfg, model_type, layers),
+                sliding_windows=_sliding_windows(cfg, model_type, cfg["num_hidden_layers"]),
                 model_type=model_type, qk_norm=model_type == "qwen3", fused=model_type == "phi3",
                 rope_interleaved=cfg.get("rope_interleaved", False),
             )
@@ -93,6 +87,17 @@ class LlamaConfig:
         if (self.rope_scaling or {}).get("rope_type") == "dynamic":
             return int(self.max_position_embeddings * self.rope_scaling["factor"])
         return self.max_position_embeddings
+
+
+def sizes(cfg: dict, max_positions: int) -> dict:
+    """The LlamaConfig fields a config.json gives alike in every family that uses it: its sizes, the norms'
+    epsilon and the context (``max_positions`` when it says none); a KeyError names a missing one."""
+    heads = cfg["num_attention_heads"]
+    return dict(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
+                intermediate_size=cfg["intermediate_size"], num_hidden_layers=cfg["num_hidden_layers"],
+                num_attention_heads=heads, num_key_value_heads=cfg.get("num_key_value_heads") or heads,
+                head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads, rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+                max_position_embeddings=cfg.get("max_position_embeddings", max_positions))
 
 
 def parse_rope(rope: dict | None, cfg: dict, theta: float) -> tuple[float, dict | None]:

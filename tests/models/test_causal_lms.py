@@ -165,3 +165,21 @@ def test_candle_serve_refuses_what_is_no_causal_lm(capsys):
     err = capsys.readouterr().err
     assert code == 1 and "model_type 'bert' is not a supported causal language model (supported: llama" in err
     assert err.count("\n") == 1
+
+def test_candle_generate_names_what_it_does_not_run(tmp_path, capsys):
+    """The family comes from config.json or the GGUF's general.architecture; another is one line that lists
+    the supported ones."""
+    from candle_api.cli import main
+
+    gguf = tmp_path / "bloom.gguf"
+    c.save({"w": c.zeros((2, 32))}, gguf, {"general.architecture": "bloom"}, format="gguf")
+    folder = tmp_path / "t5"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["T5ForConditionalGeneration"]}))
+    for model, message in ((gguf, "GGUF architecture 'bloom' is not supported (supported: llama, qwen2, qwen3, "
+                                  "phi3, gemma3, gpt2, falcon)"),
+                           (folder, "config.json names no model_type, and none of its architectures "
+                                    "['T5ForConditionalGeneration'] is supported (supported: LlamaForCausalLM")):
+        assert main(["generate", "--model", str(model), "--raw", "hi"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("candle generate: error: ") and message in err and err.count("\n") == 1, err
