@@ -23,7 +23,7 @@ from candle_api import functional as F
 from candle_api import nn
 
 from .decoder import DecoderLM, KVCache, causal_attention, finish
-from .gguf_models import GgufTensors, TensorNames, gguf_key
+from .gguf_models import GgufTensors, TensorNames, gguf_key, vocab_size
 from .llama import TransposedLinear, embedding_layer
 from .rope import RotaryEmbedding
 
@@ -196,7 +196,7 @@ def read_gguf(file, quantized: bool = True) -> tuple:
     names = set(file)
     kv_heads = key("attention.head_count_kv", 1)
     two_norms = "blk.0.attn_norm_2.weight" in names
-    cfg = {"model_type": "falcon", "vocab_size": file["token_embd.weight"].shape[0],
+    cfg = {"model_type": "falcon", "vocab_size": vocab_size(file, key),
            "hidden_size": key("embedding_length"), "num_hidden_layers": key("block_count"),
            "num_attention_heads": key("attention.head_count"), "new_decoder_architecture": kv_heads > 1,
            "multi_query": kv_heads == 1, "num_kv_heads": kv_heads, "num_ln_in_parallel_attn": 2 if two_norms else 1,

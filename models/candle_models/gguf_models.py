@@ -73,6 +73,17 @@ def gguf_key(metadata: Mapping, arch: str) -> Callable:
     return key
 
 
+def vocab_size(file, key: Callable) -> int:
+    """The vocabulary size of a GGUF: its ``vocab_size`` key, else the rows of its token embedding; a
+    ValueError when it has neither."""
+    size = key("vocab_size", None)
+    if size is not None:
+        return size
+    if "token_embd.weight" not in file:
+        raise ValueError("the GGUF has no token_embd.weight tensor (and no vocab_size key)")
+    return file["token_embd.weight"].shape[0]
+
+
 def find_gguf(path: Path) -> Path | None:
     """The GGUF file ``path`` names, or the one a folder without config.json holds; None otherwise."""
     path = Path(path)

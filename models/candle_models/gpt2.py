@@ -21,7 +21,7 @@ from candle_api import nn
 from candle_api.quantized import QTensor
 
 from .decoder import DecoderLM, KVCache, causal_attention, finish
-from .gguf_models import GgufTensors, TensorNames, gguf_key
+from .gguf_models import GgufTensors, TensorNames, gguf_key, vocab_size
 from .llama import TransposedLinear, embedding_layer
 
 #: llama.cpp's tensor names (its gpt2 architecture) and transformers'.
@@ -166,7 +166,7 @@ class GPT2LMHeadModel(DecoderLM):
 def read_gguf(file, quantized: bool = True) -> tuple:
     """(config.json as a dict, tensors) of llama.cpp's gpt2 architecture."""
     key = gguf_key(file.metadata, "gpt2")
-    cfg = {"model_type": "gpt2", "vocab_size": file["token_embd.weight"].shape[0],
+    cfg = {"model_type": "gpt2", "vocab_size": vocab_size(file, key),
            "n_positions": key("context_length"), "n_embd": key("embedding_length"), "n_layer": key("block_count"),
            "n_head": key("attention.head_count"), "n_inner": key("feed_forward_length"),
            "layer_norm_epsilon": key("attention.layer_norm_epsilon"), "linear_weights": True}

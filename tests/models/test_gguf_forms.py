@@ -17,6 +17,7 @@ weights:
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -123,3 +124,17 @@ def test_llama_cpp_computes_the_same_logits(tmp_path, name, ggml_type):
     window = LLAMA_CPP_FULL_ATTENTION.get(name, ids.shape[1])
     tol = LLAMA_CPP_TOL[ggml_type] * np.abs(want).max()
     np.testing.assert_allclose(got[:, :window], want[:, :window], atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("arch, keys, message", [
+    ("gpt2", {}, "the GGUF has no token_embd.weight tensor"),
+    ("falcon", {"falcon.vocab_size": 2}, "the GGUF metadata has no falcon.embedding_length"),
+    ("gemma3", {}, "the GGUF metadata has no gemma3.attention.head_count"),
+    ("phi3", {"phi3.attention.head_count": 2, "phi3.embedding_length": 32}, "the GGUF metadata has no phi3."),
+    ("bloom", {}, "GGUF architecture 'bloom' is not supported (supported: llama, qwen2, qwen3, phi3, gemma3, gpt2"),
+])
+def test_a_gguf_without_what_its_architecture_needs_is_named(tmp_path, arch, keys, message):
+    path = tmp_path / f"{arch}.gguf"
+    c.save({"w": c.zeros((2, 32))}, path, {"general.architecture": arch, **keys}, format="gguf")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        causal_lm.from_pretrained(path)
