@@ -14,6 +14,7 @@ config says so and the model reads that layout (``rope_interleaved``,
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -127,6 +128,19 @@ class GgufTensors(Mapping):
         return len(self._names)
 
 
+def load_gguf(path: Path):
+    """``candle_api.load`` of a GGUF, kept for the next caller while the file is unchanged: a model's family,
+    its tokenizer and its weights each read the same file, whose metadata (a 262k-token vocabulary for
+    Gemma) takes seconds to parse."""
+    stat = Path(path).stat()
+    return _load(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=2)
+def _load(path: str, mtime_ns: int, size: int):
+    return c.load(path)
+
+
 def _readers() -> dict:
     """general.architecture -> (config.json model_type, its family's read_gguf)."""
     from . import falcon, gpt2, llama_gguf
@@ -146,11 +160,11 @@ def _reader(path: Path, file) -> tuple:
 def gguf_model_type(path: Path) -> str:
     """The config.json model_type of a GGUF's general.architecture; a ValueError listing the
     architectures read here otherwise."""
-    return _reader(path, c.load(str(path)))[0]
+    return _reader(path, load_gguf(path))[0]
 
 
 def gguf_checkpoint(path: Path, quantized: bool = True) -> tuple[dict, GgufTensors]:
     """(config.json as a dict, tensors) of a GGUF: quantized matrices kept as QTensors when ``quantized``,
     else dequantized (lazily) to f32."""
-    file = c.load(str(path))
+    file = load_gguf(path)
     return _reader(path, file)[1](file, quantized)

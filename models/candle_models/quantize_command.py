@@ -25,7 +25,7 @@ from candle_api.quantized import GGML_TYPES, GgmlType, QTensor, get_ggml_type
 
 from .config import load_config
 from .gguf_export import FILE_TYPES, QUANTIZATION_VERSION, gguf_form, llama_cpp_types, model_metadata, output_types
-from .gguf_models import find_gguf, gguf_model_type
+from .gguf_models import find_gguf, gguf_model_type, load_gguf
 from .hub import model_folder, resolve
 from .progress import Progress
 from .weights import weight_files
@@ -110,7 +110,7 @@ def folder_source(folder: Path, wanted: GgmlType, model_name: str) -> Source:
 def gguf_source(path: Path, wanted: GgmlType) -> Source:
     """A GGUF's tensors as they are, its metadata with the new file type."""
     gguf_model_type(path)  # refuses the architectures read nowhere here
-    file = c.load(str(path))
+    file = load_gguf(path)
     metadata = dict(file.metadata) | {"general.file_type": FILE_TYPES[wanted.type_id],
                                       "general.quantization_version": QUANTIZATION_VERSION}
     return Source(metadata, {name: (file[name].shape, lambda name=name: file[name]) for name in file}, [])

@@ -129,15 +129,13 @@ class Tokenizer:
     @classmethod
     def from_pretrained(cls, repo_or_path: str | os.PathLike, revision: str | None = None) -> "Tokenizer":
         """From a GGUF file, a model folder or a Hugging Face repo id (offline from the cache)."""
-        import candle_api as c
-
+        from .gguf_models import find_gguf, load_gguf
         from .hub import model_folder, resolve
-        from .gguf_models import find_gguf
 
         path = resolve(repo_or_path, revision=revision)
         gguf = find_gguf(path)
         if gguf is not None:
-            return cls.from_gguf_metadata(c.load(str(gguf)).metadata)
+            return cls.from_gguf_metadata(load_gguf(gguf).metadata)
         return cls.from_folder(model_folder(path))
 
     # ---- text <-> ids ------------------------------------------------------------------------------
