@@ -202,10 +202,10 @@ def gemma3_decode_tokens_per_second(threads: int, torch, llama_python: str | Non
     path = gemma3_270m_gguf()
     prompt_ids = Tokenizer.from_pretrained(path).encode(GEMMA3_PROMPT)
     c.utils.set_num_threads(threads)
-    variants = {"candle-api": candle_decode(path, prompt_ids, None),
-                "candle-api f32": candle_decode(path, prompt_ids, "f32")}
-    if torch is not None:
+    variants = {"candle-api": candle_decode(path, prompt_ids, None)}
+    if torch is not None:  # and candle-api on the same dequantized weights
         torch.set_num_threads(threads)
+        variants["candle-api f32"] = candle_decode(path, prompt_ids, "f32")
         variants["transformers"] = torch_decode(torch, path, prompt_ids)
     worker = None
     if llama_python is not None:
