@@ -525,3 +525,39 @@ int GEMM_ENTRY(int32_t dtype, int64_t m, int64_t n, int64_t k, const void *a, in
     }
     return blocked_float(&d, n, k);
 }
+
+/* ---- products against panels packed once (cd_panel_ops in runtime/isa.h) -------------
+ * K runs in one slice whatever its depth: each element of C is the same
+ * sequence of fused multiply-adds whichever panel or rows a caller's task
+ * takes, and a caller packs its B once for many products. */
+static int panel_width(int32_t ct) { return ct == CD_f64 ? F64_NR : F32_NR; }
+static int panel_height(int32_t ct) { return ct == CD_f64 ? F64_MR : F32_MR; }
+
+static void pack_panels(int32_t dtype, int64_t k, int64_t n, const void *b, int64_t brs, int64_t bcs, void *dst) {
+    switch (dtype) {
+    case CD_f64: pack_b_double_f64(b, brs, bcs, k, n, dst); break;
+    case CD_bf16: pack_b_float_bf16(b, brs, bcs, k, n, dst); break;
+    case CD_f16: pack_b_float_f16(b, brs, bcs, k, n, dst); break;
+    default: pack_b_float_f32(b, brs, bcs, k, n, dst); break;
+    }
+}
+
+static void pack_rows(int32_t ct, int64_t m, int64_t k, const void *a, int64_t lda, void *dst) {
+    if (ct == CD_f64) pack_a_double_f64(a, lda, 1, m, k, dst);
+    else pack_a_float_f32(a, lda, 1, m, k, dst);
+}
+
+static void panel_product(int32_t ct, int64_t m, int64_t k, const void *apack, const void *panel, int nr, void *c,
+                          int64_t ldc) {
+    for (int64_t i = 0; i < m; i += panel_height(ct)) {
+        const int mr = (int)CD_MIN(panel_height(ct), m - i);
+        if (ct == CD_f64) micro_f64(k, (const double *)apack + i * k, panel, F64_NR, (double *)c + i * ldc, ldc, mr, nr, 0);
+        else micro_f32(k, (const float *)apack + i * k, panel, F32_NR, (float *)c + i * ldc, ldc, mr, nr, 0);
+    }
+}
+
+#define PANELS_CAT_(a, b) a##b
+#define PANELS_CAT(a, b) PANELS_CAT_(a, b)
+const cd_panel_ops PANELS_CAT(GEMM_ENTRY, _panels) = {panel_width, panel_height, pack_panels, pack_rows, panel_product};
+#undef PANELS_CAT_
+#undef PANELS_CAT
