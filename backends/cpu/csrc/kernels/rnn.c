@@ -68,6 +68,25 @@ static inline const void *panel(const rnn_ctx *x, int64_t block, int slot) {
     return x->panels + (block * x->G + slot) * x->H * x->U * x->csz;
 }
 
+/* Asks for the cache lines of the step's inputs of the block's units in gates [first, first + count): the
+ * rows of a step are far apart in xw, where no prefetcher guesses them, and the products that come first
+ * leave time to fetch them. */
+static void prefetch_inputs(const rnn_ctx *x, int64_t s, const unit_block *ub, int first, int count) {
+    const int isz = cd_dtype_size(x->dtype);
+    const int64_t step = x->xs[2] * isz, span = (ub->n - 1) * step;
+    for (int64_t r = 0; r < x->B; r++) {
+        const int64_t t = time_of(x, s, r);
+        if (t < 0) continue;
+        for (int g = first; g < first + count; g++) {
+            const char *p = x->xw + (t * x->xs[0] + r * x->xs[1] + (g * x->H + ub->u0) * x->xs[2]) * isz;
+            if (step > 64 || step < 0)
+                for (int64_t j = 0; j < ub->n; j++) __builtin_prefetch(p + j * step, 0, 3);
+            else
+                for (int64_t off = 0; off <= span + 63; off += 64) __builtin_prefetch(p + CD_MIN(off, span), 0, 3);
+        }
+    }
+}
+
 /* y[t, r, the block's units] = src (compute type), or zeros when src is NULL. */
 static void write_output(const rnn_ctx *x, int64_t t, int64_t r, const unit_block *ub, const void *src) {
     const int isz = cd_dtype_size(x->dtype);

@@ -29,9 +29,10 @@ typedef struct {
     void (*pack_b)(int32_t dtype, int64_t k, int64_t n, const void *b, int64_t brs, int64_t bcs, void *dst);
     /* A (m x k of ct, rows lda apart) to ceil(m / height) panels of height x k ct values */
     void (*pack_a)(int32_t ct, int64_t m, int64_t k, const void *a, int64_t lda, void *dst);
-    /* C (m x nr, rows ldc apart) = packed A @ one packed panel, nr <= width */
-    void (*product)(int32_t ct, int64_t m, int64_t k, const void *apack, const void *panel, int nr, void *c,
-                    int64_t ldc);
+    /* C_q (m x nr, rows ldc apart, at c + q * cstride ct values) = packed A @ panel q, for count
+     * consecutive panels from `panels`, nr <= width */
+    void (*product)(int32_t ct, int64_t m, int64_t k, const void *apack, const void *panels, int count, int nr,
+                    void *c, int64_t ldc, int64_t cstride);
 } cd_panel_ops;
 typedef void (*cd_f32_to_half)(int64_t n, const float *src, uint16_t *dst);
 

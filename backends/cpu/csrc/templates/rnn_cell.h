@@ -35,22 +35,28 @@ static void FN(add_inputs)(const rnn_ctx *x, int64_t s, int slot, const unit_blo
             vs = 1;
         }
         T_ *dst = tile + r * x->U;
-        if (assign)
-            for (int64_t j = 0; j < ub->n; j++) dst[j] = v[j * vs] + bias[j];
-        else
-            for (int64_t j = 0; j < ub->n; j++) dst[j] += v[j * vs] + bias[j];
+        if (vs != 1) { /* gathered, so the loops below run over contiguous rows */
+            for (int64_t j = 0; j < ub->n; j++) row[j] = v[j * vs];
+            v = row;
+        }
+        if (assign) {
+#pragma omp simd
+            for (int64_t j = 0; j < ub->n; j++) dst[j] = v[j] + bias[j];
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < ub->n; j++) dst[j] += v[j] + bias[j];
+        }
     }
 }
 
-/* Gate tiles k = 0..count-1 (semantic order) = A @ the block's panel of that gate, plus the inputs. */
+/* The tiles of the count gates stored from `first` on, in storage order (tile q
+ * at tiles + q * B * U): A @ the block's panels of those gates, plus the inputs. */
 static void FN(gate_tiles)(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack, int first, int count,
                            T_ *tiles, T_ *row) {
     const int64_t n = x->B * x->U;
-    for (int k = first; k < first + count; k++) {
-        T_ *tile = tiles + (k - first) * n;
-        x->pan->product(x->ct, x->B, x->H, apack, panel(x, ub->index, x->gate[k]), (int)ub->n, tile, x->U);
-        FN(add_inputs)(x, s, x->gate[k], ub, (const T_ *)x->bias, tile, row, 0);
-    }
+    prefetch_inputs(x, s, ub, first, count);
+    x->pan->product(x->ct, x->B, x->H, apack, panel(x, ub->index, first), count, (int)ub->n, tiles, x->U, n);
+    for (int q = 0; q < count; q++) FN(add_inputs)(x, s, first + q, ub, (const T_ *)x->bias, tiles + q * n, row, 0);
 }
 
 static void FN(clip)(const rnn_ctx *x, T_ *v, int64_t n) {
@@ -77,7 +83,8 @@ static void FN(finish)(const rnn_ctx *x, int64_t s, const unit_block *ub, const 
  * f = 1 - i. */
 static void FN(lstm_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack, T_ *tiles, T_ *row) {
     const int64_t B = x->B, H = x->H, U = x->U, n = B * U;
-    T_ *gi = tiles, *gf = tiles + n, *gg = tiles + 2 * n, *go = tiles + 3 * n, *tc = tiles + 4 * n;
+    T_ *gi = tiles + x->gate[0] * n, *gf = tiles + x->gate[1] * n, *gg = tiles + x->gate[2] * n;
+    T_ *go = tiles + x->gate[3] * n, *tc = tiles + 4 * n;
     FN(gate_tiles)(x, s, ub, apack, 0, 4, tiles, row);
     T_ *c = (T_ *)x->c;
     const T_ *peep = (const T_ *)x->peep; /* (i, o, f), H each */
@@ -88,23 +95,31 @@ static void FN(lstm_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, con
                 gi[r * U + j] += peep[ub->u0 + j] * cp;
                 gf[r * U + j] += peep[2 * H + ub->u0 + j] * cp;
             }
-    FN(clip)(x, gi, 3 * n); /* i, f, g */
-    x->sigmoid(2 * n, gi, gi);
+    FN(clip)(x, gi, n);
+    FN(clip)(x, gf, n);
+    FN(clip)(x, gg, n);
+    x->sigmoid(n, gi, gi);
+    if (!x->input_forget) x->sigmoid(n, gf, gf);
     x->tanh_(n, gg, gg);
     for (int64_t r = 0; r < B; r++) {
         if (time_of(x, s, r) < 0) continue;
-        for (int64_t j = 0; j < ub->n; j++) {
-            const int64_t k = r * U + j;
-            T_ *cj = c + r * H + ub->u0 + j;
-            const T_ f = x->input_forget ? 1 - gi[k] : gf[k];
-            *cj = f * *cj + gi[k] * gg[k];
-            tc[k] = *cj;
-            if (peep) go[k] += peep[H + ub->u0 + j] * *cj;
+        T_ *cr = c + r * H + ub->u0;
+        const T_ *pi = gi + r * U, *pf = gf + r * U, *pg = gg + r * U;
+        T_ *pc = tc + r * U;
+        if (x->input_forget) {
+#pragma omp simd
+            for (int64_t j = 0; j < ub->n; j++) pc[j] = cr[j] = (1 - pi[j]) * cr[j] + pi[j] * pg[j];
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < ub->n; j++) pc[j] = cr[j] = pf[j] * cr[j] + pi[j] * pg[j];
         }
+        if (peep)
+            for (int64_t j = 0; j < ub->n; j++) go[r * U + j] += peep[H + ub->u0 + j] * pc[j];
     }
     FN(clip)(x, go, n);
     x->sigmoid(n, go, go);
     x->tanh_(n, tc, tc);
+#pragma omp simd
     for (int64_t k = 0; k < n; k++) tc[k] *= go[k];
     FN(finish)(x, s, ub, tc);
 }
@@ -116,10 +131,11 @@ static void FN(lstm_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, con
  * candidate's product: this item stores r * h and z for gru_candidate. */
 static void FN(gru_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack, T_ *tiles, T_ *row) {
     const int64_t B = x->B, H = x->H, U = x->U, n = B * U;
-    T_ *gr = tiles, *gz = tiles + n, *gn = tiles + 2 * n, *xn = tiles + 3 * n;
+    /* r and z are the first two slots in either order, the candidate the third */
+    T_ *gr = tiles + x->gate[0] * n, *gz = tiles + x->gate[1] * n, *gn = tiles + 2 * n, *xn = tiles + 3 * n;
     FN(gate_tiles)(x, s, ub, apack, 0, 2, tiles, row);
-    FN(clip)(x, gr, 2 * n);
-    x->sigmoid(2 * n, gr, gr);
+    FN(clip)(x, tiles, 2 * n);
+    x->sigmoid(2 * n, tiles, tiles);
     const T_ *hp = (const T_ *)x->h[s & 1];
     if (x->two_phase) {
         T_ *rh = (T_ *)x->rh, *z = (T_ *)x->z;
@@ -131,8 +147,9 @@ static void FN(gru_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, cons
             }
         return;
     }
-    x->pan->product(x->ct, B, H, apack, panel(x, ub->index, x->gate[2]), (int)ub->n, gn, U);
-    FN(add_inputs)(x, s, x->gate[2], ub, (const T_ *)x->bias, xn, row, 1);
+    prefetch_inputs(x, s, ub, 2, 1);
+    x->pan->product(x->ct, B, H, apack, panel(x, ub->index, 2), 1, (int)ub->n, gn, U, n);
+    FN(add_inputs)(x, s, 2, ub, (const T_ *)x->bias, xn, row, 1);
     const T_ *bn = (const T_ *)x->bias_hn + ub->u0;
     for (int64_t r = 0; r < B; r++)
         for (int64_t j = 0; j < ub->n; j++) {
@@ -155,8 +172,9 @@ static void FN(gru_candidate)(const rnn_ctx *x, int64_t s, const unit_block *ub,
                               T_ *row) {
     const int64_t B = x->B, H = x->H, U = x->U, n = B * U;
     T_ *gn = tiles, *xn = tiles + n;
-    x->pan->product(x->ct, B, H, apack, panel(x, ub->index, x->gate[2]), (int)ub->n, gn, U);
-    FN(add_inputs)(x, s, x->gate[2], ub, (const T_ *)x->bias, xn, row, 1);
+    prefetch_inputs(x, s, ub, 2, 1);
+    x->pan->product(x->ct, B, H, apack, panel(x, ub->index, 2), 1, (int)ub->n, gn, U, n);
+    FN(add_inputs)(x, s, 2, ub, (const T_ *)x->bias, xn, row, 1);
     const T_ *bn = (const T_ *)x->bias_hn + ub->u0, *hp = (const T_ *)x->h[s & 1], *z = (const T_ *)x->z;
     for (int64_t r = 0; r < B; r++)
         for (int64_t j = 0; j < ub->n; j++) gn[r * U + j] += xn[r * U + j] + bn[j];
