@@ -37,8 +37,9 @@ def _layer(xw, states, lengths, reverse, cell):
 
 
 def lstm_reference(xw, w, h0, c0, b_ih=None, b_hh=None, lengths=None, peepholes=None, *, reverse=False,
-                   gates="ifgo", clip=None, input_forget=False):
-    """lstm_layer in NumPy (float64)."""
+                   gates="ifgo", clip=None, input_forget=False, activations=(R.sigmoid, np.tanh, np.tanh)):
+    """lstm_layer in NumPy (float64), with any activations f (gates), g (cell input), h (output)."""
+    f_act, g_act, h_act = activations
     hidden, slots = w.shape[1], LSTM_GATES[gates][1]
     bias = sum(b for b in (b_ih, b_hh) if b is not None)
     clipped = _clipper(clip)
@@ -48,17 +49,18 @@ def lstm_reference(xw, w, h0, c0, b_ih=None, b_hh=None, lengths=None, peepholes=
         h, c = states
         z = xw[t] + h @ w.T + bias
         gi, gf, gg, go = (z[:, s * hidden:(s + 1) * hidden] for s in slots)
-        i = R.sigmoid(clipped(gi + p_i * c))
-        f = 1.0 - i if input_forget else R.sigmoid(clipped(gf + p_f * c))
-        c = f * c + i * np.tanh(clipped(gg))
-        return [R.sigmoid(clipped(go + p_o * c)) * np.tanh(c), c]
+        i = f_act(clipped(gi + p_i * c))
+        f = 1.0 - i if input_forget else f_act(clipped(gf + p_f * c))
+        c = f * c + i * g_act(clipped(gg))
+        return [f_act(clipped(go + p_o * c)) * h_act(c), c]
 
     return _layer(xw, [h0, c0], lengths, reverse, cell)
 
 
 def gru_reference(xw, w, h0, b_ih=None, b_hh=None, lengths=None, *, reverse=False, gates="rzn", clip=None,
-                  linear_before_reset=True):
-    """gru_layer in NumPy (float64)."""
+                  linear_before_reset=True, activations=(R.sigmoid, np.tanh)):
+    """gru_layer in NumPy (float64), with any activations f (gates) and g (candidate)."""
+    f_act, g_act = activations
     hidden, (r_at, z_at, n_at) = w.shape[1], GRU_GATES[gates][1]
     b_ih = np.zeros(3 * hidden) if b_ih is None else b_ih
     b_hh = np.zeros(3 * hidden) if b_hh is None else b_hh
@@ -70,12 +72,12 @@ def gru_reference(xw, w, h0, b_ih=None, b_hh=None, lengths=None, *, reverse=Fals
     def cell(t, states):
         (h,) = states
         x, hw = xw[t] + b_ih, h @ w.T + b_hh
-        r = R.sigmoid(clipped(part(x, r_at) + part(hw, r_at)))
-        z = R.sigmoid(clipped(part(x, z_at) + part(hw, z_at)))
+        r = f_act(clipped(part(x, r_at) + part(hw, r_at)))
+        z = f_act(clipped(part(x, z_at) + part(hw, z_at)))
         if linear_before_reset:
-            n = np.tanh(clipped(part(x, n_at) + r * part(hw, n_at)))
+            n = g_act(clipped(part(x, n_at) + r * part(hw, n_at)))
         else:
-            n = np.tanh(clipped(part(x, n_at) + (r * h) @ part(w.T, n_at) + part(b_hh, n_at)))
+            n = g_act(clipped(part(x, n_at) + (r * h) @ part(w.T, n_at) + part(b_hh, n_at)))
         return [(1 - z) * n + z * h]
 
     return _layer(xw, [h0], lengths, reverse, cell)
