@@ -86,25 +86,27 @@ def test_rnn_errors():
 RNG = np.random.default_rng(5)
 
 
-def operands(gates: int, steps=6, batch=5, hidden=70, dtype="f64"):
-    """A layer's operands as NumPy arrays and as tensors: xw is a batch-first projection viewed step-major and
-    w_hh a transposed view (both strided); 70 hidden units are three blocks of the native kernel."""
-    arrays = {"xw": RNG.uniform(-2, 2, (steps, batch, gates * hidden)),
+def operands(gates: int, steps=6, batch=5, hidden=70, features=9, dtype="f64"):
+    """A layer's operands as NumPy arrays and as tensors: x is a batch-first input viewed step-major and w_ih,
+    w_hh transposed views (all strided); 70 hidden units are three blocks of the native kernel."""
+    arrays = {"x": RNG.uniform(-2, 2, (steps, batch, features)),
+              "w_ih": RNG.uniform(-0.5, 0.5, (gates * hidden, features)),
               "w": RNG.uniform(-0.3, 0.3, (gates * hidden, hidden)),
               "h0": RNG.uniform(-1, 1, (batch, hidden)), "c0": RNG.uniform(-1, 1, (batch, hidden)),
               "b_ih": RNG.uniform(-0.5, 0.5, gates * hidden), "b_hh": RNG.uniform(-0.5, 0.5, gates * hidden)}
     tensors = {k: c.Tensor(v).to_dtype(dtype) for k, v in arrays.items()}
-    tensors["xw"] = c.Tensor(np.ascontiguousarray(arrays["xw"].transpose(1, 0, 2))).to_dtype(dtype).transpose(0, 1)
-    tensors["w"] = c.Tensor(np.ascontiguousarray(arrays["w"].T)).to_dtype(dtype).t()
+    tensors["x"] = c.Tensor(np.ascontiguousarray(arrays["x"].transpose(1, 0, 2))).to_dtype(dtype).transpose(0, 1)
+    for k in ("w_ih", "w"):
+        tensors[k] = c.Tensor(np.ascontiguousarray(arrays[k].T)).to_dtype(dtype).t()
     return arrays, tensors
 
 
 def run_lstm(t, **kw):
-    return lstm_layer(t["xw"], t["w"], t["h0"], t["c0"], t["b_ih"], t["b_hh"], **kw)
+    return lstm_layer(t["x"], t["w_ih"], t["w"], t["h0"], t["c0"], t["b_ih"], t["b_hh"], **kw)
 
 
 def run_gru(t, **kw):
-    return gru_layer(t["xw"], t["w"], t["h0"], t["b_ih"], t["b_hh"], **kw)
+    return gru_layer(t["x"], t["w_ih"], t["w"], t["h0"], t["b_ih"], t["b_hh"], **kw)
 
 
 @pytest.mark.parametrize("dtype, tol", [("f32", 2e-5), ("f64", 1e-12)])
@@ -114,12 +116,12 @@ def test_fused_layers_match_numpy_on_strided_inputs(dtype, tol, reverse):
     a, t = operands(4, dtype=dtype)
     lens = np.array([6, 0, 3, 6, 1])
     got = run_lstm(t, reverse=reverse, lengths=c.Tensor(lens.astype(np.int32), dtype="i32"))
-    want = lstm_reference(a["xw"], a["w"], a["h0"], a["c0"], a["b_ih"], a["b_hh"], lens, reverse=reverse)
+    want = lstm_reference(a["x"], a["w_ih"], a["w"], a["h0"], a["c0"], a["b_ih"], a["b_hh"], lens, reverse=reverse)
     np.testing.assert_allclose(got.numpy(), want, rtol=tol, atol=tol)
     a, t = operands(3, dtype=dtype)
     for before in (False, True):
         got = run_gru(t, reverse=reverse, linear_before_reset=before, gates="zrh")
-        want = gru_reference(a["xw"], a["w"], a["h0"], a["b_ih"], a["b_hh"], reverse=reverse,
+        want = gru_reference(a["x"], a["w_ih"], a["w"], a["h0"], a["b_ih"], a["b_hh"], reverse=reverse,
                              linear_before_reset=before, gates="zrh")
         np.testing.assert_allclose(got.numpy(), want, rtol=tol, atol=tol)
 
@@ -184,30 +186,33 @@ def test_gradients_through_fused_layers_match_finite_differences(cls):
 
 
 def test_layer_op_errors():
-    _, t = operands(4, steps=3, batch=2, hidden=4)
-    with pytest.raises(ShapeError, match=r"xw must be \(steps, batch, 4 \* hidden\)"):
-        lstm_layer(t["xw"][0], t["w"], t["h0"], t["c0"])
+    _, t = operands(4, steps=3, batch=2, hidden=4, features=5)
+    x, w_ih, w, h0, c0 = (t[k] for k in ("x", "w_ih", "w", "h0", "c0"))
+    with pytest.raises(ShapeError, match=r"x must be \(steps, batch, features\), got shape \(2, 5\)"):
+        lstm_layer(x[0], w_ih, w, h0, c0)
     with pytest.raises(ShapeError, match=r"w_hh must be \(4 \* hidden, hidden\)"):
-        lstm_layer(t["xw"], t["w"].t(), t["h0"], t["c0"])
-    with pytest.raises(ShapeError, match=r"xw's last dim is 16, w_hh \(12, 4\) needs 12"):
-        gru_layer(t["xw"], t["w"].narrow(0, 0, 12), t["h0"])
+        lstm_layer(x, w_ih, w.t(), h0, c0)
+    with pytest.raises(ShapeError, match=r"w_ih must be \(4 \* hidden, features\) = \(16, 5\) .* got shape \(16, 4\)"):
+        lstm_layer(x, w_ih.narrow(1, 0, 4), w, h0, c0)
+    with pytest.raises(ShapeError, match=r"w_ih must be \(3 \* hidden, features\) = \(12, 5\)"):
+        gru_layer(x, w_ih, w.narrow(0, 0, 12), h0)
     with pytest.raises(ShapeError, match=r"c0 must be \(batch, hidden\) = \(2, 4\), got shape \(4,\)"):
-        lstm_layer(t["xw"], t["w"], t["h0"], t["c0"][0])
+        lstm_layer(x, w_ih, w, h0, c0[0])
     with pytest.raises(ShapeError, match=r"b_hh must have shape \(16,\), got \(15,\)"):
-        lstm_layer(t["xw"], t["w"], t["h0"], t["c0"], t["b_ih"], t["b_hh"].narrow(0, 0, 15))
+        lstm_layer(x, w_ih, w, h0, c0, t["b_ih"], t["b_hh"].narrow(0, 0, 15))
     with pytest.raises(ShapeError, match=r"peepholes must have shape \(12,\)"):
-        lstm_layer(t["xw"], t["w"], t["h0"], t["c0"], peepholes=t["b_ih"])
+        lstm_layer(x, w_ih, w, h0, c0, peepholes=t["b_ih"])
     with pytest.raises(DTypeError, match="dtypes differ"):
-        lstm_layer(t["xw"], t["w"].to_dtype("f32"), t["h0"], t["c0"])
+        lstm_layer(x, w_ih, w.to_dtype("f32"), h0, c0)
     with pytest.raises(DTypeError, match="needs a float tensor"):
-        lstm_layer(t["xw"].to_dtype("i64"), t["w"].to_dtype("i64"), t["h0"], t["c0"])
+        lstm_layer(*(v.to_dtype("i64") for v in (x, w_ih, w)), h0, c0)
     with pytest.raises(ShapeError, match=r"lengths must be integers of shape \(2,\), got f32"):
-        lstm_layer(t["xw"], t["w"], t["h0"], t["c0"], lengths=c.Tensor([1.0, 2.0]))
+        lstm_layer(x, w_ih, w, h0, c0, lengths=c.Tensor([1.0, 2.0]))
     with pytest.raises(ArgumentError, match="gates must be one of"):
-        gru_layer(t["xw"].narrow(2, 0, 12), t["w"].narrow(0, 0, 12), t["h0"], gates="ifgo")
+        gru_layer(x, w_ih.narrow(0, 0, 12), w.narrow(0, 0, 12), h0, gates="ifgo")
     with pytest.raises(ArgumentError, match="clip must be a positive number"):
-        lstm_layer(t["xw"], t["w"], t["h0"], t["c0"], clip=-1.0)
+        lstm_layer(x, w_ih, w, h0, c0, clip=-1.0)
     for device in ("cpu", "ref"):  # the kernel and the decomposition both refuse a length past the steps
-        args = [v.to_device(device) for v in (t["xw"], t["w"], t["h0"], t["c0"])]
+        args = [v.to_device(device) for v in (x, w_ih, w, h0, c0)]
         with pytest.raises(CandleError, match=r"sequence length 4 of batch entry 1 is out of range \[0, 3\]"):
             lstm_layer(*args, lengths=c.Tensor([3, 4], dtype="i64", device=device))

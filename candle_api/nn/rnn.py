@@ -5,11 +5,11 @@ direction), multi-layer, bidirectional, ``batch_first``, dropout between
 layers in training; and LSTMCell and GRUCell, one step of the same cells with
 the same parameters (without the ``_l0`` suffix).
 
-Each layer and direction is one matmul for the input projections of every
-step and one fused recurrent op (:func:`candle_api.ops.rnn.lstm_layer`,
-``gru_layer``): a native kernel on the cpu device, the step-by-step
-decomposition elsewhere. An LSTM with ``proj_size`` runs its steps one by one
-(the projection of h sits inside the recurrence)."""
+Each layer and direction is one fused recurrent op
+(:func:`candle_api.ops.rnn.lstm_layer`, ``gru_layer``): a native kernel on
+the cpu device, the step-by-step decomposition elsewhere. An LSTM with
+``proj_size`` runs its steps one by one (the projection of h sits inside the
+recurrence)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import math
 
 from ..errors import ShapeError
 from ..ops.creation import zeros
-from ..ops.rnn import gru_layer, lstm_cell, lstm_layer
+from ..ops.rnn import gru_layer, lstm_cell, lstm_layer, project
 from ..ops.shape import cat, stack
 from ..tensor import Tensor
 from .dropout import dropout
@@ -51,13 +51,6 @@ def _weights(module: Module, names: list) -> tuple:
     return tuple(None if n is None else getattr(module, n) for n in names)
 
 
-def _project(x: Tensor, w_ih: Tensor, batch_first: bool) -> Tensor:
-    """x @ W_ih^T for every step at once, as (steps, batch, gates): computed in
-    x's own order (one product whichever dim comes first), viewed step-major."""
-    xw = x.matmul(w_ih.t())
-    return xw.transpose(0, 1) if batch_first else xw
-
-
 class _RNNBase(Module):
     """What LSTM and GRU share; each sets ``_gates`` and ``_states``, and runs a
     layer in one direction with ``_layer``."""
@@ -89,8 +82,8 @@ class _RNNBase(Module):
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
                 self._cells.append(_add_cell_parameters(self, vb, suffix, layer_input, out_size, proj_size))
 
-    def _layer(self, xw: Tensor, weights: tuple, states: list, reverse: bool) -> tuple:
-        """One layer in one direction: (outputs of every step, final states)."""
+    def _layer(self, x: Tensor, weights: tuple, states: list, reverse: bool) -> tuple:
+        """One layer in one direction over x (steps, batch, features): (outputs of every step, final states)."""
         raise NotImplementedError
 
     def _initial_state(self, hx, batch: int, like: Tensor) -> list:
@@ -125,14 +118,13 @@ class _RNNBase(Module):
             hx = None if hx is None else ([h.unsqueeze(1) for h in hx] if self._states > 1 else hx.unsqueeze(1))
         initial = self._initial_state(hx, input.shape[0 if batch_first else 1], input)
         directions = 2 if self.bidirectional else 1
-        x, finals = input, []
+        x, finals = input.transpose(0, 1) if batch_first else input, []  # a view: the ops take any strides
         for layer in range(self.num_layers):
             outputs = []
             for direction in range(directions):
                 i = layer * directions + direction
                 weights = _weights(self, self._cells[i])
-                xw = _project(x, weights[0], batch_first and layer == 0)
-                out, states = self._layer(xw, weights, [s[i] for s in initial], bool(direction))
+                out, states = self._layer(x, weights, [s[i] for s in initial], bool(direction))
                 outputs.append(out)
                 finals.append(states)
             x = outputs[0] if directions == 1 else cat(outputs, -1)
@@ -174,17 +166,18 @@ class LSTM(_RNNBase):
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, device,
                          dtype, vb=vb, proj_size=proj_size)
 
-    def _layer(self, xw, weights, states, reverse):
+    def _layer(self, x, weights, states, reverse):
         w_ih, w_hh, b_ih, b_hh, w_hr = weights
         if w_hr is not None:
-            return _projected(xw, w_hh, b_ih, b_hh, w_hr, states, reverse)
-        steps = xw.shape[0]
-        out = lstm_layer(xw, w_hh, states[0], states[1], b_ih, b_hh, reverse=reverse)
+            return _projected(x, w_ih, w_hh, b_ih, b_hh, w_hr, states, reverse)
+        steps = x.shape[0]
+        out = lstm_layer(x, w_ih, w_hh, states[0], states[1], b_ih, b_hh, reverse=reverse)
         return out.narrow(0, 0, steps), (out[steps], out[steps + 1])
 
 
-def _projected(xw, w_hh, b_ih, b_hh, w_hr, states, reverse) -> tuple:
+def _projected(x, w_ih, w_hh, b_ih, b_hh, w_hr, states, reverse) -> tuple:
     """An LSTM layer with h projected by w_hr at every step, a step at a time."""
+    xw = project(x, w_ih)
     h, c = states
     bias = None if b_ih is None else b_ih + b_hh
     outputs = [None] * xw.shape[0]
@@ -202,10 +195,10 @@ class GRU(_RNNBase):
 
     _gates, _states = 3, 1
 
-    def _layer(self, xw, weights, states, reverse):
+    def _layer(self, x, weights, states, reverse):
         w_ih, w_hh, b_ih, b_hh, _ = weights
-        steps = xw.shape[0]
-        out = gru_layer(xw, w_hh, states[0], b_ih, b_hh, reverse=reverse)
+        steps = x.shape[0]
+        out = gru_layer(x, w_ih, w_hh, states[0], b_ih, b_hh, reverse=reverse)
         return out.narrow(0, 0, steps), (out[steps],)
 
 
@@ -242,11 +235,10 @@ class _RNNCellBase(Module):
         x = input if batched else input.unsqueeze(0)
         states = [h if batched else h.unsqueeze(0) for h in hx]
         w_ih, w_hh, b_ih, b_hh, _ = _weights(self, self._names)
-        xw = x.matmul(w_ih.t()).unsqueeze(0)
         if self._states == 2:
-            out = lstm_layer(xw, w_hh, states[0], states[1], b_ih, b_hh)
+            out = lstm_layer(x.unsqueeze(0), w_ih, w_hh, states[0], states[1], b_ih, b_hh)
         else:
-            out = gru_layer(xw, w_hh, states[0], b_ih, b_hh)
+            out = gru_layer(x.unsqueeze(0), w_ih, w_hh, states[0], b_ih, b_hh)
         return tuple(out[1 + k] if batched else out[1 + k, 0] for k in range(self._states))
 
     def extra_repr(self) -> str:

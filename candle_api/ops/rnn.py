@@ -1,16 +1,17 @@
 """Recurrent layers as ops: one LSTM or GRU layer in one direction over every
-time step, from the input projections of all steps.
+time step.
 
-The caller projects the inputs, ``xw = x @ W_ih^T`` for every step at once
-(one large matmul); what these ops add is the serial part, the recurrence
-``gates = xw[t] + b_ih + b_hh + h @ W_hh^T`` and the cell's update, step by
-step. A device with the ``lstm_layer`` / ``gru_layer`` kernel runs the whole
-recurrence in one call; any other device runs the decomposition, a step at a
-time from matmul and elementwise ops, which also serves ONNX's activations
-other than sigmoid and tanh (:func:`lstm_steps`, :func:`gru_steps`). Both
-take PyTorch's gate order or ONNX's, ONNX's sequence lengths, clip and, for
-LSTM, peepholes and input_forget; GRU takes ONNX's linear_before_reset = 0
-too (PyTorch's GRU is linear_before_reset = 1).
+At each step the gates are ``x[t] @ W_ih^T + b_ih + b_hh + h @ W_hh^T``; only
+the ``h`` part is serial in time. A device with the ``lstm_layer`` /
+``gru_layer`` kernel runs the whole layer in one call (the cpu kernel
+projects the inputs a chunk of steps at a time and keeps the recurrence in
+its threads' caches); any other device runs the decomposition: one matmul
+for the inputs of every step, then a step at a time from matmul and
+elementwise ops, which also serves ONNX's activations other than sigmoid and
+tanh (:func:`lstm_steps`, :func:`gru_steps`). Both take PyTorch's gate order
+or ONNX's, ONNX's sequence lengths, clip and, for LSTM, peepholes and
+input_forget; GRU takes ONNX's linear_before_reset = 0 too (PyTorch's GRU is
+linear_before_reset = 1).
 
 The backward recomputes the decomposition under autograd (the fused forward
 keeps no gates).
@@ -42,42 +43,44 @@ def _tanh(x: Tensor) -> Tensor:
     return x.tanh()
 
 
-def lstm_layer(xw: Tensor, w_hh: Tensor, h0: Tensor, c0: Tensor, b_ih: Tensor | None = None,
+def lstm_layer(x: Tensor, w_ih: Tensor, w_hh: Tensor, h0: Tensor, c0: Tensor, b_ih: Tensor | None = None,
                b_hh: Tensor | None = None, *, reverse: bool = False, gates: str = "ifgo",
                peepholes: Tensor | None = None, clip: float | None = None, input_forget: bool = False,
                lengths: Tensor | None = None) -> Tensor:
-    """One LSTM layer over every step of ``xw`` (T, B, 4H), the projected
-    inputs x @ W_ih^T (any strides), with ``w_hh`` (4H, H), ``h0`` and ``c0``
-    (B, H) and optional biases (4H,); the gates stacked i, f, g, o
-    (``gates="ifgo"``, PyTorch) or i, o, f, c (``"iofc"``, ONNX). ONNX's
-    options: ``peepholes`` (3H,: i, o, f), ``clip`` (gate inputs clipped to
-    [-clip, clip]), ``input_forget`` (f = 1 - i) and ``lengths`` (B,) of each
-    sequence (rows past their length keep their state and output zeros; a
-    reverse layer starts at each row's last step).
+    """One LSTM layer over every step of ``x`` (T, B, I), any strides (a
+    batch-first input transposed is a view), with ``w_ih`` (4H, I), ``w_hh``
+    (4H, H), ``h0`` and ``c0`` (B, H) and optional biases (4H,); the gates
+    stacked i, f, g, o (``gates="ifgo"``, PyTorch) or i, o, f, c (``"iofc"``,
+    ONNX). ONNX's options: ``peepholes`` (3H,: i, o, f), ``clip`` (gate inputs
+    clipped to [-clip, clip]), ``input_forget`` (f = 1 - i) and ``lengths``
+    (B,) of each sequence (rows past their length keep their state and output
+    zeros; a reverse layer starts at each row's last step).
 
     Returns one tensor (T + 2, B, H): the h of every step, then the final h
     and the final c."""
     _gate_order("lstm_layer", gates, LSTM_GATES)
-    hidden = _check("lstm_layer", 4, xw, w_hh, (h0, c0), (b_ih, b_hh), lengths)
+    hidden = _check("lstm_layer", 4, x, w_ih, w_hh, (h0, c0), (b_ih, b_hh), lengths)
     if peepholes is not None:
-        _check_vector("lstm_layer", "peepholes", peepholes, xw, 3 * hidden)
-    return apply(LSTM_LAYER, xw, w_hh, b_ih, b_hh, h0, c0, peepholes, _lengths(lengths), reverse=bool(reverse),
-                 onnx_gates=LSTM_GATES[gates][0], clip=_clip("lstm_layer", clip), input_forget=bool(input_forget))
+        _check_vector("lstm_layer", "peepholes", peepholes, x, 3 * hidden)
+    return apply(LSTM_LAYER, x, w_ih, w_hh, b_ih, b_hh, h0, c0, peepholes, _lengths(lengths),
+                 reverse=bool(reverse), onnx_gates=LSTM_GATES[gates][0], clip=_clip("lstm_layer", clip),
+                 input_forget=bool(input_forget))
 
 
-def gru_layer(xw: Tensor, w_hh: Tensor, h0: Tensor, b_ih: Tensor | None = None, b_hh: Tensor | None = None, *,
-              reverse: bool = False, gates: str = "rzn", clip: float | None = None,
+def gru_layer(x: Tensor, w_ih: Tensor, w_hh: Tensor, h0: Tensor, b_ih: Tensor | None = None,
+              b_hh: Tensor | None = None, *, reverse: bool = False, gates: str = "rzn", clip: float | None = None,
               linear_before_reset: bool = True, lengths: Tensor | None = None) -> Tensor:
-    """One GRU layer, as :func:`lstm_layer`: ``xw`` (T, B, 3H), ``w_hh``
+    """One GRU layer, as :func:`lstm_layer`: ``w_ih`` (3H, I), ``w_hh``
     (3H, H), the gates stacked r, z, n (``"rzn"``, PyTorch) or z, r, h
-    (``"zrh"``, ONNX). The candidate is n = tanh(x_n + b_in + r * (h @ W_n^T
-    + b_hn)) with ``linear_before_reset`` (PyTorch's GRU), tanh(x_n + b_in +
-    (r * h) @ W_n^T + b_hn) without (ONNX's default); h = (1 - z) n + z h.
+    (``"zrh"``, ONNX). The candidate is n = tanh(x W_in^T + b_in + r * (h
+    W_hn^T + b_hn)) with ``linear_before_reset`` (PyTorch's GRU), tanh(x
+    W_in^T + b_in + (r * h) W_hn^T + b_hn) without (ONNX's default); h = (1 -
+    z) n + z h.
 
     Returns one tensor (T + 1, B, H): the h of every step, then the final h."""
     _gate_order("gru_layer", gates, GRU_GATES)
-    _check("gru_layer", 3, xw, w_hh, (h0,), (b_ih, b_hh), lengths)
-    return apply(GRU_LAYER, xw, w_hh, b_ih, b_hh, h0, _lengths(lengths), reverse=bool(reverse),
+    _check("gru_layer", 3, x, w_ih, w_hh, (h0,), (b_ih, b_hh), lengths)
+    return apply(GRU_LAYER, x, w_ih, w_hh, b_ih, b_hh, h0, _lengths(lengths), reverse=bool(reverse),
                  onnx_gates=GRU_GATES[gates][0], clip=_clip("gru_layer", clip),
                  linear_before_reset=bool(linear_before_reset))
 
@@ -91,36 +94,37 @@ def _gate_order(op: str, gates: str, orders: dict) -> tuple:
     return orders[gates]
 
 
-def _check(op: str, n_gates: int, xw, w_hh, states: tuple, biases: tuple, lengths) -> int:
+def _check(op: str, n_gates: int, x, w_ih, w_hh, states: tuple, biases: tuple, lengths) -> int:
     """The hidden size, after checking every operand's shape, dtype and device."""
-    check_tensor(op, xw, "xw")
-    check_tensor(op, w_hh, "w_hh")
-    if xw.rank != 3:
-        raise ShapeError(f"{op}: xw must be (steps, batch, {n_gates} * hidden), got shape {xw.shape}")
+    for name, t in (("x", x), ("w_ih", w_ih), ("w_hh", w_hh)):
+        check_tensor(op, t, name)
+    if x.rank != 3:
+        raise ShapeError(f"{op}: x must be (steps, batch, features), got shape {x.shape}")
     if w_hh.rank != 2 or w_hh.shape[0] != n_gates * w_hh.shape[1]:
         raise ShapeError(f"{op}: w_hh must be ({n_gates} * hidden, hidden), got shape {w_hh.shape}")
-    steps, batch, width = xw.shape
+    steps, batch, features = x.shape
     hidden = w_hh.shape[1]
-    if width != n_gates * hidden:
-        raise ShapeError(f"{op}: xw's last dim is {width}, w_hh {w_hh.shape} needs {n_gates * hidden}")
-    require_float(op, xw)
-    same_dtype(op, xw, w_hh)
-    same_device(op, xw, w_hh)
+    if w_ih.shape != (n_gates * hidden, features):
+        raise ShapeError(f"{op}: w_ih must be ({n_gates} * hidden, features) = {(n_gates * hidden, features)} for "
+                         f"x {x.shape} and w_hh {w_hh.shape}, got shape {w_ih.shape}")
+    require_float(op, x)
+    same_dtype(op, x, w_ih, w_hh)
+    same_device(op, x, w_ih, w_hh)
     for name, s in zip(("h0", "c0"), states):
         check_tensor(op, s, name)
         if s.shape != (batch, hidden):
             raise ShapeError(f"{op}: {name} must be (batch, hidden) = {(batch, hidden)}, got shape {s.shape}")
-        same_dtype(op, xw, s)
-        same_device(op, xw, s)
+        same_dtype(op, x, s)
+        same_device(op, x, s)
     for name, b in zip(("b_ih", "b_hh"), biases):
         if b is not None:
-            _check_vector(op, name, b, xw, n_gates * hidden)
+            _check_vector(op, name, b, x, n_gates * hidden)
     if lengths is not None:
         check_tensor(op, lengths, "lengths")
         if lengths.shape != (batch,) or lengths.dtype.is_float:
             raise ShapeError(f"{op}: lengths must be integers of shape ({batch},), got {lengths.dtype} "
                              f"of shape {lengths.shape}")
-        same_device(op, xw, lengths)
+        same_device(op, x, lengths)
     return hidden
 
 
@@ -158,6 +162,14 @@ def _host_lengths(lengths: Tensor | None, steps: int, op: str) -> list | None:
         if not 0 <= n <= steps:
             raise ArgumentError(f"{op}: sequence length {n} of batch entry {r} is out of range [0, {steps}]")
     return values
+
+
+def project(x: Tensor, w: Tensor) -> Tensor:
+    """x (T, B, I) @ w^T for every step at once: one product (x made contiguous when its steps and batch
+    entries are not one run of rows)."""
+    steps, batch, features = x.shape
+    rows = x.reshape(steps * batch, features) if x.is_contiguous() else x.contiguous().reshape(steps * batch, features)
+    return (rows @ w.t()).reshape(steps, batch, w.shape[0])
 
 
 def run_steps(op: str, xw: Tensor, states: list, lengths, reverse: bool, step) -> Tensor:
@@ -209,10 +221,11 @@ def lstm_cell(z: Tensor, c: Tensor, slots=LSTM_GATES["ifgo"][1], peepholes=None,
     return f(clipped(go)) * h_act(c), c
 
 
-def lstm_steps(xw, w_hh, b_ih, b_hh, h0, c0, peepholes, lengths, reverse: bool = False, onnx_gates: int = 0,
+def lstm_steps(x, w_ih, w_hh, b_ih, b_hh, h0, c0, peepholes, lengths, reverse: bool = False, onnx_gates: int = 0,
                clip: float = 0.0, input_forget: bool = False, activations=(_sigmoid, _tanh, _tanh)) -> Tensor:
     """:func:`lstm_layer` a step at a time (its arguments as the op passes
     them), with any activations f (gates), g (cell input) and h (output)."""
+    xw = project(x, w_ih)
     slots = LSTM_GATES["iofc" if onnx_gates else "ifgo"][1]
     bias, wt = _plus(b_ih, b_hh), w_hh.t()
 
@@ -223,9 +236,10 @@ def lstm_steps(xw, w_hh, b_ih, b_hh, h0, c0, peepholes, lengths, reverse: bool =
     return run_steps("lstm_layer", xw, [h0, c0], lengths, reverse, step)
 
 
-def gru_steps(xw, w_hh, b_ih, b_hh, h0, lengths, reverse: bool = False, onnx_gates: int = 0, clip: float = 0.0,
+def gru_steps(x, w_ih, w_hh, b_ih, b_hh, h0, lengths, reverse: bool = False, onnx_gates: int = 0, clip: float = 0.0,
               linear_before_reset: bool = True, activations=(_sigmoid, _tanh)) -> Tensor:
     """:func:`gru_layer` a step at a time, with any activations f (gates) and g (candidate)."""
+    xw = project(x, w_ih)
     f, g = activations
     r_slot, z_slot, n_slot = GRU_GATES["zrh" if onnx_gates else "rzn"][1]
     hidden = w_hh.shape[1]
@@ -241,14 +255,14 @@ def gru_steps(xw, w_hh, b_ih, b_hh, h0, lengths, reverse: bool = False, onnx_gat
 
     def step(t, states):
         (h,) = states
-        x, hw = xw[t], h @ w_rz
-        r = f(clipped(_plus(part(x, r_slot) + part(hw, r_slot), b_r)))
-        z = f(clipped(_plus(part(x, z_slot) + part(hw, z_slot), b_z)))
+        xt, hw = xw[t], h @ w_rz
+        r = f(clipped(_plus(part(xt, r_slot) + part(hw, r_slot), b_r)))
+        z = f(clipped(_plus(part(xt, z_slot) + part(hw, z_slot), b_z)))
         if linear_before_reset:
             candidate = r * _plus(h @ w_n, b_hn)
         else:
             candidate = _plus((r * h) @ w_n, b_hn)
-        n = g(clipped(_plus(part(x, n_slot), b_in) + candidate))
+        n = g(clipped(_plus(part(xt, n_slot), b_in) + candidate))
         return [n + z * (h - n)]
 
     return run_steps("gru_layer", xw, [h0], lengths, reverse, step)
@@ -261,17 +275,17 @@ def _operand(t: Tensor | None) -> tuple:
     return (None, None) if t is None else (t._storage, t._layout)
 
 
-def _lstm_prepare(xw, w_hh, b_ih, b_hh, h0, c0, peepholes, lengths, reverse, onnx_gates, clip, input_forget):
-    steps, batch, _ = xw.shape
-    return (steps + 2, batch, w_hh.shape[1]), xw._dtype, (
-        *_operand(xw), *_operand(w_hh), *_operand(b_ih), *_operand(b_hh), *_operand(h0), *_operand(c0),
+def _lstm_prepare(x, w_ih, w_hh, b_ih, b_hh, h0, c0, peepholes, lengths, reverse, onnx_gates, clip, input_forget):
+    steps, batch, _ = x.shape
+    return (steps + 2, batch, w_hh.shape[1]), x._dtype, (
+        *_operand(x), *_operand(w_ih), *_operand(w_hh), *_operand(b_ih), *_operand(b_hh), *_operand(h0), *_operand(c0),
         *_operand(peepholes), *_operand(lengths), reverse, onnx_gates, clip, input_forget)
 
 
-def _gru_prepare(xw, w_hh, b_ih, b_hh, h0, lengths, reverse, onnx_gates, clip, linear_before_reset):
-    steps, batch, _ = xw.shape
-    return (steps + 1, batch, w_hh.shape[1]), xw._dtype, (
-        *_operand(xw), *_operand(w_hh), *_operand(b_ih), *_operand(b_hh), *_operand(h0), *_operand(lengths),
+def _gru_prepare(x, w_ih, w_hh, b_ih, b_hh, h0, lengths, reverse, onnx_gates, clip, linear_before_reset):
+    steps, batch, _ = x.shape
+    return (steps + 1, batch, w_hh.shape[1]), x._dtype, (
+        *_operand(x), *_operand(w_ih), *_operand(w_hh), *_operand(b_ih), *_operand(b_hh), *_operand(h0), *_operand(lengths),
         reverse, onnx_gates, clip, linear_before_reset)
 
 

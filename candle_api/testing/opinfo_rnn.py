@@ -36,11 +36,11 @@ def _layer(xw, states, lengths, reverse, cell):
     return np.concatenate([out] + [s[None] for s in states])
 
 
-def lstm_reference(xw, w, h0, c0, b_ih=None, b_hh=None, lengths=None, peepholes=None, *, reverse=False,
+def lstm_reference(x, w_ih, w, h0, c0, b_ih=None, b_hh=None, lengths=None, peepholes=None, *, reverse=False,
                    gates="ifgo", clip=None, input_forget=False, activations=(R.sigmoid, np.tanh, np.tanh)):
     """lstm_layer in NumPy (float64), with any activations f (gates), g (cell input), h (output)."""
     f_act, g_act, h_act = activations
-    hidden, slots = w.shape[1], LSTM_GATES[gates][1]
+    hidden, slots, xw = w.shape[1], LSTM_GATES[gates][1], x @ w_ih.T
     bias = sum(b for b in (b_ih, b_hh) if b is not None)
     clipped = _clipper(clip)
     p_i, p_o, p_f = np.split(peepholes, 3) if peepholes is not None else (0.0, 0.0, 0.0)
@@ -57,11 +57,11 @@ def lstm_reference(xw, w, h0, c0, b_ih=None, b_hh=None, lengths=None, peepholes=
     return _layer(xw, [h0, c0], lengths, reverse, cell)
 
 
-def gru_reference(xw, w, h0, b_ih=None, b_hh=None, lengths=None, *, reverse=False, gates="rzn", clip=None,
+def gru_reference(x, w_ih, w, h0, b_ih=None, b_hh=None, lengths=None, *, reverse=False, gates="rzn", clip=None,
                   linear_before_reset=True, activations=(R.sigmoid, np.tanh)):
     """gru_layer in NumPy (float64), with any activations f (gates) and g (candidate)."""
     f_act, g_act = activations
-    hidden, (r_at, z_at, n_at) = w.shape[1], GRU_GATES[gates][1]
+    hidden, (r_at, z_at, n_at), xw = w.shape[1], GRU_GATES[gates][1], x @ w_ih.T
     b_ih = np.zeros(3 * hidden) if b_ih is None else b_ih
     b_hh = np.zeros(3 * hidden) if b_hh is None else b_hh
     clipped = _clipper(clip)
@@ -71,13 +71,13 @@ def gru_reference(xw, w, h0, b_ih=None, b_hh=None, lengths=None, *, reverse=Fals
 
     def cell(t, states):
         (h,) = states
-        x, hw = xw[t] + b_ih, h @ w.T + b_hh
-        r = f_act(clipped(part(x, r_at) + part(hw, r_at)))
-        z = f_act(clipped(part(x, z_at) + part(hw, z_at)))
+        xt, hw = xw[t] + b_ih, h @ w.T + b_hh
+        r = f_act(clipped(part(xt, r_at) + part(hw, r_at)))
+        z = f_act(clipped(part(xt, z_at) + part(hw, z_at)))
         if linear_before_reset:
-            n = g_act(clipped(part(x, n_at) + r * part(hw, n_at)))
+            n = g_act(clipped(part(xt, n_at) + r * part(hw, n_at)))
         else:
-            n = g_act(clipped(part(x, n_at) + (r * h) @ part(w.T, n_at) + part(b_hh, n_at)))
+            n = g_act(clipped(part(xt, n_at) + (r * h) @ part(w.T, n_at) + part(b_hh, n_at)))
         return [(1 - z) * n + z * h]
 
     return _layer(xw, [h0], lengths, reverse, cell)
@@ -86,14 +86,14 @@ def gru_reference(xw, w, h0, b_ih=None, b_hh=None, lengths=None, *, reverse=Fals
 # ---- samples ---------------------------------------------------------------------------------------
 
 
-def _operands(rng, dtype, layout, gates: int, states: int, steps=4, batch=3, hidden=5, with_bias=True):
-    """xw, w, the initial states and the two biases; steps 0 for the empty layout."""
+def _operands(rng, dtype, layout, gates: int, states: int, steps=4, batch=3, hidden=5, features=3):
+    """x, w_ih, w_hh, the initial states and the two biases; steps 0 for the empty layout."""
     steps = 0 if layout == "empty" else steps
-    arrays = [values(rng, dtype, (steps, batch, gates * hidden), -2, 2),
+    arrays = [values(rng, dtype, (steps, batch, features), -2, 2),
+              values(rng, dtype, (gates * hidden, features), -0.8, 0.8),
               values(rng, dtype, (gates * hidden, hidden), -0.6, 0.6)]
     arrays += [values(rng, dtype, (batch, hidden), -1, 1) for _ in range(states)]
-    if with_bias:
-        arrays += [values(rng, dtype, (gates * hidden,), -0.5, 0.5) for _ in range(2)]
+    arrays += [values(rng, dtype, (gates * hidden,), -0.5, 0.5) for _ in range(2)]
     return arrays
 
 
@@ -106,7 +106,8 @@ def _lengths(rng, steps: int, batch: int) -> Index:
 def _pytorch_samples(gates: int, states: int):
     def gen(rng, dtype, layout):
         # the small one is checked for gradients too (finite differences cost two passes an element)
-        return [Sample(_operands(rng, dtype, layout, gates, states, steps=3, batch=2, hidden=3), {"reverse": True}),
+        return [Sample(_operands(rng, dtype, layout, gates, states, steps=3, batch=2, hidden=3, features=2),
+                       {"reverse": True}),
                 Sample(_operands(rng, dtype, layout, gates, states, hidden=16)),
                 # more units than one block of the native kernel, and a batch of one
                 Sample(_operands(rng, dtype, layout, gates, states, steps=3, batch=1, hidden=37))]
@@ -114,24 +115,24 @@ def _pytorch_samples(gates: int, states: int):
 
 
 def _lstm_onnx_samples(rng, dtype, layout):
-    a = _operands(rng, dtype, layout, 4, 2, steps=3, batch=2, hidden=2)
+    a = _operands(rng, dtype, layout, 4, 2, steps=3, batch=2, hidden=2, features=2)
     peep = values(rng, dtype, (6,), -0.5, 0.5)
     return [Sample(a + [_lengths(rng, a[0].shape[0], 2), peep], {"reverse": True, "clip": 1.5}),
             Sample(a + [_lengths(rng, a[0].shape[0], 2), peep], {"input_forget": True})]
 
 
 def _gru_onnx_samples(rng, dtype, layout):
-    a = _operands(rng, dtype, layout, 3, 1, steps=3, batch=2, hidden=2)
+    a = _operands(rng, dtype, layout, 3, 1, steps=3, batch=2, hidden=2, features=2)
     return [Sample(a + [_lengths(rng, a[0].shape[0], 2)], {"reverse": True, "clip": 1.5}),
             Sample(a + [_lengths(rng, a[0].shape[0], 2)], {"linear_before_reset": True})]
 
 
-def _lstm_call(xw, w, h0, c0, b_ih, b_hh, lengths=None, peepholes=None, **kw):
-    return lstm_layer(xw, w, h0, c0, b_ih, b_hh, peepholes=peepholes, lengths=lengths, **kw)
+def _lstm_call(x, w_ih, w, h0, c0, b_ih, b_hh, lengths=None, peepholes=None, **kw):
+    return lstm_layer(x, w_ih, w, h0, c0, b_ih, b_hh, peepholes=peepholes, lengths=lengths, **kw)
 
 
-def _gru_call(xw, w, h0, b_ih, b_hh, lengths=None, **kw):
-    return gru_layer(xw, w, h0, b_ih, b_hh, lengths=lengths, **kw)
+def _gru_call(x, w_ih, w, h0, b_ih, b_hh, lengths=None, **kw):
+    return gru_layer(x, w_ih, w, h0, b_ih, b_hh, lengths=lengths, **kw)
 
 
 def _onnx(call, gates: str, **defaults):

@@ -63,7 +63,7 @@ def expected_outputs(reference, f: dict, direction: str, states: int, **kw):
     for d in range(2 if direction == "bidirectional" else 1):
         x = f["x"].astype(np.float64)
         wb, rb = np.split(f["b"][d].astype(np.float64), 2)
-        args = [x @ f["w"][d].T.astype(np.float64), f["r"][d].astype(np.float64)]
+        args = [x, f["w"][d].astype(np.float64), f["r"][d].astype(np.float64)]
         args += [f[k][d].astype(np.float64) for k in ("h0", "c0")[:states]]
         extra = {"peepholes": f["p"][d].astype(np.float64)} if "p" in f else {}
         outs.append(reference(*args, wb, rb, f.get("lens"), reverse=direction == "reverse" or d == 1, **extra, **kw))

@@ -1,12 +1,11 @@
 """Recurrent layers: RNN, GRU and LSTM (forward, reverse, bidirectional).
 
-Per direction, the input projection X @ W^T of every time step is one
-matmul; LSTM and GRU then run on candle_api's layer ops
-(:mod:`candle_api.ops.rnn`: one native call per direction on the cpu device),
-which take ONNX's gate orders, biases, peepholes, clip, input_forget,
-linear_before_reset and sequence_lens. Activations other than the defaults
-(sigmoid and tanh) run the same ops' step-by-step decompositions with those
-activations; RNN runs step by step. Batches shorter than the sequence
+LSTM and GRU run on candle_api's layer ops (:mod:`candle_api.ops.rnn`: one
+native call per direction on the cpu device), which take ONNX's gate orders,
+biases, peepholes, clip, input_forget, linear_before_reset and
+sequence_lens. Activations other than the defaults (sigmoid and tanh) run the
+same ops' step-by-step decompositions with those activations; RNN runs step
+by step after one matmul for the inputs of every step. Batches shorter than the sequence
 (``sequence_lens``) keep their state past their end and output zeros there.
 """
 
@@ -15,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 import candle_api as c
-from candle_api.ops.rnn import gru_layer, gru_steps, lstm_layer, lstm_steps, run_steps
+from candle_api.ops.rnn import gru_layer, gru_steps, lstm_layer, lstm_steps, project, run_steps
 
 from .helpers import const
 from .registry import op
@@ -58,11 +57,11 @@ def _activations(node, defaults: list[str], directions: int) -> list:
 
 
 class _Layer:
-    """What the three layers share: layout, directions, clip, lengths, each direction's
-    projection, biases and initial states, and the assembly of the outputs."""
+    """What the three layers share: layout, directions, clip, lengths, the inputs, each
+    direction's biases and initial states, and the assembly of the outputs."""
 
-    def __init__(self, node, x, w, r, b, gates: int, seq_lens, initial: list):
-        self.node, self.x, self.w, self.r, self.b, self.gates = node, x, w, r, b, gates
+    def __init__(self, node, x, r, b, gates: int, seq_lens, initial: list):
+        self.node, self.x, self.b, self.gates = node, x, b, gates
         self.batch_first = bool(node.get("layout", 0))
         self.steps, self.batch = (x.shape[1], x.shape[0]) if self.batch_first else x.shape[:2]
         self.hidden = node.get("hidden_size") or r.shape[-1]
@@ -76,10 +75,9 @@ class _Layer:
         # initial states given batch-first (layout=1) as (batch, dirs, hidden)
         self.initial = [zeros if s is None else s.transpose(0, 1) if self.batch_first else s for s in initial]
 
-    def projected(self, d: int):
-        """X @ W^T of every step of direction d, viewed (steps, batch, gates * hidden)."""
-        xw = self.x @ self.w[d].t()
-        return xw.transpose(0, 1) if self.batch_first else xw
+    def inputs(self) -> c.Tensor:
+        """X viewed (steps, batch, features)."""
+        return self.x.transpose(0, 1) if self.batch_first else self.x
 
     def biases(self, d: int) -> tuple:
         """(Wb, Rb) of direction d, or (None, None)."""
@@ -101,12 +99,12 @@ class _Layer:
 
 @op("RNN", since=7)
 def rnn(node, x, w, r, b=None, seq_lens=None, initial_h=None):
-    layer = _Layer(node, x, w, r, b, 1, seq_lens, [initial_h])
+    layer = _Layer(node, x, r, b, 1, seq_lens, [initial_h])
     acts = _activations(node, ["Tanh"], len(layer.reverse))
     clip = layer.clip
     outs = []
     for d, reverse in enumerate(layer.reverse):
-        xw, rt, (wb, rb) = layer.projected(d), r[d].t(), layer.biases(d)
+        xw, rt, (wb, rb) = project(layer.inputs(), w[d]), r[d].t(), layer.biases(d)
         bias = None if b is None else wb + rb
         f = acts[d][0] if acts[d] else (lambda v: v.tanh())
 
@@ -121,33 +119,34 @@ def rnn(node, x, w, r, b=None, seq_lens=None, initial_h=None):
 
 @op("GRU", since=7)
 def gru(node, x, w, r, b=None, seq_lens=None, initial_h=None):
-    layer = _Layer(node, x, w, r, b, 3, seq_lens, [initial_h])
+    layer = _Layer(node, x, r, b, 3, seq_lens, [initial_h])
     acts = _activations(node, ["Sigmoid", "Tanh"], len(layer.reverse))
     lbr = bool(node.get("linear_before_reset", 0))
     outs = []
     for d, reverse in enumerate(layer.reverse):
-        args = (layer.projected(d), r[d], *layer.states(d))
+        x_, (h0,) = layer.inputs(), layer.states(d)
         if acts[d] is None:
-            outs.append(gru_layer(*args, *layer.biases(d), reverse=reverse, gates="zrh", clip=layer.clip or None,
-                                  linear_before_reset=lbr, lengths=layer.lengths))
+            outs.append(gru_layer(x_, w[d], r[d], h0, *layer.biases(d), reverse=reverse, gates="zrh",
+                                  clip=layer.clip or None, linear_before_reset=lbr, lengths=layer.lengths))
         else:
-            outs.append(gru_steps(args[0], args[1], *layer.biases(d), args[2], layer.lengths, reverse, 1,
+            outs.append(gru_steps(x_, w[d], r[d], *layer.biases(d), h0, layer.lengths, reverse, 1,
                                   layer.clip or 0.0, lbr, activations=acts[d]))
     return layer.outputs(outs)
 
 
 @op("LSTM", since=7)
 def lstm(node, x, w, r, b=None, seq_lens=None, initial_h=None, initial_c=None, p=None):
-    layer = _Layer(node, x, w, r, b, 4, seq_lens, [initial_h, initial_c])
+    layer = _Layer(node, x, r, b, 4, seq_lens, [initial_h, initial_c])
     acts = _activations(node, ["Sigmoid", "Tanh", "Tanh"], len(layer.reverse))
     couple = bool(node.get("input_forget", 0))
     outs = []
     for d, reverse in enumerate(layer.reverse):
-        xw, (h0, c0), peep = layer.projected(d), layer.states(d), None if p is None else p[d]
+        x_, (h0, c0), peep = layer.inputs(), layer.states(d), None if p is None else p[d]
         if acts[d] is None:
-            outs.append(lstm_layer(xw, r[d], h0, c0, *layer.biases(d), reverse=reverse, gates="iofc",
-                                   peepholes=peep, clip=layer.clip or None, input_forget=couple, lengths=layer.lengths))
+            outs.append(lstm_layer(x_, w[d], r[d], h0, c0, *layer.biases(d), reverse=reverse, gates="iofc",
+                                   peepholes=peep, clip=layer.clip or None, input_forget=couple,
+                                   lengths=layer.lengths))
         else:
-            outs.append(lstm_steps(xw, r[d], *layer.biases(d), h0, c0, peep, layer.lengths, reverse, 1,
+            outs.append(lstm_steps(x_, w[d], r[d], *layer.biases(d), h0, c0, peep, layer.lengths, reverse, 1,
                                    layer.clip or 0.0, couple, activations=acts[d]))
     return layer.outputs(outs)

@@ -21,21 +21,23 @@ def _stride(lt) -> int:
 
 
 def layer(fn, cell, dt):
-    """k(out, xw, lxw, w, lw, b_ih, lb_ih, b_hh, lb_hh, h0, lh0, [c0, lc0, peep, lpeep,] lens, llens, reverse,
-    onnx_gates, clip, flag): flag is input_forget (LSTM) or linear_before_reset (GRU)."""
+    """k(out, x, lx, w_ih, lw_ih, w_hh, lw_hh, b_ih, lb_ih, b_hh, lb_hh, h0, lh0, [c0, lc0, peep, lpeep,] lens,
+    llens, reverse, onnx_gates, clip, flag): flag is input_forget (LSTM) or linear_before_reset (GRU)."""
     isz = dt.itemsize
 
-    def kernel(out, xw, lxw, w, lw, b_ih, lb_ih, b_hh, lb_hh, h0, lh0, *rest):
+    def kernel(out, x, lx, w_ih, lw_ih, w_hh, lw_hh, b_ih, lb_ih, b_hh, lb_hh, h0, lh0, *rest):
         if cell == LSTM:
             c0, lc0, peep, lpeep, lens, llens, reverse, onnx_gates, clip, flag = rest
         else:
             (lens, llens, reverse, onnx_gates, clip, flag), c0, lc0, peep, lpeep = rest, None, None, None, None
-        steps, batch, _ = lxw.shape
-        desc = pack([steps, batch, lw.shape[1], *lxw.strides, *lw.strides, *lh0.strides,
-                     *(lc0.strides if lc0 is not None else (0, 0)), _stride(lb_ih), _stride(lb_hh), _stride(lpeep),
-                     int(reverse), onnx_gates, int(flag and cell == LSTM), int(flag and cell == GRU)])
-        if fn(dt.code, cell, desc, _at(xw, lxw, isz), _at(w, lw, isz), _at(b_ih, lb_ih, isz), _at(b_hh, lb_hh, isz),
-              _at(h0, lh0, isz), _at(c0, lc0, isz), _at(peep, lpeep, isz), _at(lens, llens, 8), out.ptr, clip):
+        steps, batch, features = lx.shape
+        desc = pack([steps, batch, lw_hh.shape[1], features, *lx.strides, *lw_ih.strides, *lw_hh.strides,
+                     *lh0.strides, *(lc0.strides if lc0 is not None else (0, 0)), _stride(lb_ih), _stride(lb_hh),
+                     _stride(lpeep), int(reverse), onnx_gates, int(flag and cell == LSTM),
+                     int(flag and cell == GRU)])
+        if fn(dt.code, cell, desc, _at(x, lx, isz), _at(w_ih, lw_ih, isz), _at(w_hh, lw_hh, isz),
+              _at(b_ih, lb_ih, isz), _at(b_hh, lb_hh, isz), _at(h0, lh0, isz), _at(c0, lc0, isz),
+              _at(peep, lpeep, isz), _at(lens, llens, 8), out.ptr, clip):
             raise error()
 
     return kernel

@@ -1,16 +1,25 @@
 /* Fused recurrent layers: one LSTM or GRU layer in one direction over every
  * time step in one call (the lstm_layer and gru_layer rows of the contract).
  *
- * The caller has already projected the inputs of every step, xw = x @ W_ih^T
- * (one large GEMM through the matmul row). What is left is serial in time: at
- * step s the gates are xw[t] + biases + h @ W_hh^T, then the cell's pointwise
- * update. W_hh is packed once per call into the GEMM's panels (cd_ops.panels,
+ * At step s the gates are x[t] @ W_ih^T + biases + h @ W_hh^T, then the
+ * cell's pointwise update. Only the h @ W_hh^T part is serial in time. Both
+ * weights are packed once per call into the GEMM's panels (cd_ops.panels,
  * the instruction set's microkernel), by blocks of U hidden units, U the
- * panel width: block u's panels hold its units' rows of every gate, so a work
- * item (step, block) computes its own gates and finishes its units' update
- * without waiting for another block. A step is one phase; ONNX's GRU without
- * linear_before_reset needs r * h of every unit before the candidate's
- * product, so its steps take two. Packing the panels is the first phase.
+ * panel width: block b's panels hold its units' rows of every gate, so a
+ * work item (step, block) computes its own gates and finishes its units'
+ * update without waiting for another block.
+ *
+ * The input projections are computed a chunk of steps at a time (C steps of
+ * B rows, at most about half a MiB of them), block by block, just before the
+ * chunk's steps use them: each block's projections lie together, where the
+ * steps read them from the cache. (Projecting every step first, as one large
+ * product, sends them to memory and back: the rows a block reads at a step
+ * lie 4H apart, and fetching them back cost 15% of the call at batch 16.)
+ *
+ * The call is a sequence of phases of one item per block: packing; then per
+ * chunk, its projection and its steps. A step is one phase; ONNX's GRU
+ * without linear_before_reset needs r * h of every unit before the
+ * candidate's product, so its steps take two.
  *
  * Threads: one pool job for the whole call. Participant p owns a fixed range
  * of blocks, whose panels it packed and which stay in its core's caches from
@@ -28,25 +37,30 @@
 #include "runtime/isa.h"
 
 enum { CELL_LSTM, CELL_GRU };
-enum { MAX_GATES = 4, DESC_LEN = 19 };
+enum { MAX_GATES = 4 };
+/* Bytes of a chunk's projections (and of its gathered inputs) the chunk length aims at. */
+#define CHUNK_BYTES (1 << 19)
 
 typedef struct {
     int cell, dtype, ct, csz;       /* the cell, storage dtype, compute dtype and its size */
-    int64_t T, B, H, G;             /* steps, batch, hidden units, gates */
+    int64_t T, B, H, I, G;          /* steps, batch, hidden units, input features, gates */
     int64_t U, nblocks, steps;      /* units per block, blocks, steps run (the longest sequence) */
-    int64_t xs[3], ws[2];           /* xw strides (time, batch, column), W_hh's (row, column) */
+    int64_t C, per_chunk;           /* steps per chunk, phases per chunk (its projection and steps) */
+    int64_t xs[3], wis[2], whs[2];  /* strides: x (time, batch, feature), W_ih and W_hh (row, column) */
     int reverse, two_phase, input_forget;
     double clip;                    /* > 0: gate inputs are clipped to [-clip, clip] */
     int gate[MAX_GATES];            /* the storage slot of i, f, g, o (LSTM) or r, z, n (GRU) */
-    const char *xw, *w;
+    const char *x, *w_ih, *w_hh;
     const int64_t *lens;            /* sequence lengths, or NULL */
     char *out;
     cd_unary_fn sigmoid, tanh_;
     const cd_panel_ops *pan;
     /* compute-type buffers */
-    char *panels, *bias, *bias_hn, *peep, *h[2], *c, *rh, *z;
-    char *per;                      /* per participant: packed A, tiles, a row */
-    int64_t per_bytes, apack_bytes, tile_bytes;
+    char *hpanels, *ipanels;        /* W_hh and W_ih packed, G panels a block */
+    char *xwc;                      /* a chunk's projections, block by block: (C B rows) x (G U) */
+    char *bias, *bias_hn, *peep, *h[2], *c, *rh, *z;
+    char *per;                      /* per participant: packed h, the chunk's inputs gathered and packed, tiles */
+    int64_t per_bytes, apack_bytes, xrows_bytes, xpack_bytes;
     int64_t participants;
     atomic_llong done;              /* items finished, all phases */
     atomic_llong *claimed;          /* per block: the last phase whose item was taken */
@@ -64,27 +78,17 @@ static inline int64_t time_of(const rnn_ctx *x, int64_t s, int64_t r) {
     return x->reverse ? len - 1 - s : s;
 }
 
-static inline const void *panel(const rnn_ctx *x, int64_t block, int slot) {
-    return x->panels + (block * x->G + slot) * x->H * x->U * x->csz;
+static inline const void *hpanel(const rnn_ctx *x, int64_t block, int slot) {
+    return x->hpanels + (block * x->G + slot) * x->H * x->U * x->csz;
 }
 
-/* Asks for the cache lines of the step's inputs of the block's units in gates [first, first + count): the
- * rows of a step are far apart in xw, where no prefetcher guesses them, and the products that come first
- * leave time to fetch them. */
-static void prefetch_inputs(const rnn_ctx *x, int64_t s, const unit_block *ub, int first, int count) {
-    const int isz = cd_dtype_size(x->dtype);
-    const int64_t step = x->xs[2] * isz, span = (ub->n - 1) * step;
-    for (int64_t r = 0; r < x->B; r++) {
-        const int64_t t = time_of(x, s, r);
-        if (t < 0) continue;
-        for (int g = first; g < first + count; g++) {
-            const char *p = x->xw + (t * x->xs[0] + r * x->xs[1] + (g * x->H + ub->u0) * x->xs[2]) * isz;
-            if (step > 64 || step < 0)
-                for (int64_t j = 0; j < ub->n; j++) __builtin_prefetch(p + j * step, 0, 3);
-            else
-                for (int64_t off = 0; off <= span + 63; off += 64) __builtin_prefetch(p + CD_MIN(off, span), 0, 3);
-        }
-    }
+static inline const void *ipanel(const rnn_ctx *x, int64_t block, int slot) {
+    return x->ipanels + (block * x->G + slot) * x->I * x->U * x->csz;
+}
+
+/* Block b's projections of gate slot `slot` at step s: row r at + r * G * U. */
+static inline char *projections(const rnn_ctx *x, int64_t block, int64_t s, int slot) {
+    return x->xwc + ((block * x->C + s % x->C) * x->B * x->G * x->U + slot * x->U) * x->csz;
 }
 
 /* y[t, r, the block's units] = src (compute type), or zeros when src is NULL. */
@@ -107,7 +111,7 @@ static inline void relax(int64_t *spins) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
-    if (++*spins % 4096 == 0) sched_yield(); /* more threads than cores: let the one we wait for run */
+    if (++*spins % 1024 == 0) sched_yield(); /* more threads than cores: let the one we wait for run */
 }
 
 static inline void wait_for(rnn_ctx *x, int64_t target) {
@@ -121,26 +125,63 @@ static inline int claim(rnn_ctx *x, int64_t phase, int64_t block) {
                                                    memory_order_relaxed);
 }
 
-static int64_t phases_per_step(const rnn_ctx *x) { return x->two_phase ? 2 : 1; }
+/* Block b's weights packed: G panels of W_hh (H deep) and of W_ih (I deep). */
+static void pack_weights(const rnn_ctx *x, const unit_block *ub) {
+    const int isz = cd_dtype_size(x->dtype);
+    for (int g = 0; g < x->G; g++) {
+        const int64_t row = g * x->H + ub->u0;
+        x->pan->pack_b(x->dtype, x->H, ub->n, x->w_hh + row * x->whs[0] * isz, x->whs[1], x->whs[0],
+                       (void *)hpanel(x, ub->index, g));
+        x->pan->pack_b(x->dtype, x->I, ub->n, x->w_ih + row * x->wis[0] * isz, x->wis[1], x->wis[0],
+                       (void *)ipanel(x, ub->index, g));
+    }
+}
 
-/* Phase 1 packs block b's panels; phase 2 + k is stage k % phases_per_step of step k / phases_per_step. */
-static void run_item(rnn_ctx *x, int64_t phase, int64_t block, char *mine, int64_t *packed_for) {
+/* The rows (step, batch entry) of the chunk starting at step s0, gathered from x in compute type (zeros for
+ * rows whose sequence has ended) and packed for the projection product; returns their number. */
+static int64_t pack_inputs(const rnn_ctx *x, int64_t s0, char *rows, char *packed) {
+    const int isz = cd_dtype_size(x->dtype);
+    const int64_t n = CD_MIN(x->C, x->steps - s0) * x->B;
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t t = time_of(x, s0 + k / x->B, k % x->B);
+        char *dst = rows + k * x->I * x->csz;
+        if (t < 0) memset(dst, 0, (size_t)(x->I * x->csz));
+        else cd_load_ct(x->dtype, x->x + (t * x->xs[0] + k % x->B * x->xs[1]) * isz, x->I, x->xs[2], dst);
+    }
+    x->pan->pack_a(x->ct, n, x->I, rows, x->I, packed);
+    return n;
+}
+
+/* A participant's scratch, and which phase's A it holds packed. */
+typedef struct {
+    char *apack, *xrows, *xpack, *tiles;
+    int64_t packed_h, packed_x; /* the phase whose h (or r * h), the chunk whose inputs are packed */
+    int64_t xrows_n;
+} scratch;
+
+/* Phase 1 packs block b's weights; then chunk by chunk, its projection and its steps (each
+ * phases_per_step phases). */
+static void run_item(rnn_ctx *x, int64_t phase, int64_t block, scratch *m) {
     unit_block ub = {block, block * x->U, CD_MIN(x->U, x->H - block * x->U)};
+    const int64_t pps = x->two_phase ? 2 : 1, chunk = (phase - 2) / x->per_chunk, k = (phase - 2) % x->per_chunk;
     if (phase == 1) {
-        const int isz = cd_dtype_size(x->dtype);
-        for (int g = 0; g < x->G; g++)
-            x->pan->pack_b(x->dtype, x->H, ub.n, x->w + (g * x->H + ub.u0) * x->ws[0] * isz, x->ws[1], x->ws[0],
-                           (void *)panel(x, block, g));
-    } else {
-        const int64_t k = phase - 2, s = k / phases_per_step(x);
-        const int stage = (int)(k % phases_per_step(x));
-        if (*packed_for != phase) { /* this participant's first item of the phase: A = h, or r * h */
-            x->pan->pack_a(x->ct, x->B, x->H, stage ? x->rh : x->h[s & 1], x->H, mine);
-            *packed_for = phase;
+        pack_weights(x, &ub);
+    } else if (k == 0) { /* the chunk's projections of the block's units: (C B rows) x (G U) */
+        if (m->packed_x != chunk) {
+            m->xrows_n = pack_inputs(x, chunk * x->C, m->xrows, m->xpack);
+            m->packed_x = chunk;
         }
-        char *tiles = mine + x->apack_bytes, *row = tiles + x->tile_bytes;
-        if (x->ct == CD_f64) run_step_f64(x, s, stage, &ub, mine, tiles, row);
-        else run_step_f32(x, s, stage, &ub, mine, tiles, row);
+        x->pan->product(x->ct, m->xrows_n, x->I, m->xpack, ipanel(x, block, 0), (int)x->G, (int)ub.n,
+                        projections(x, block, chunk * x->C, 0), x->G * x->U, x->U);
+    } else {
+        const int64_t s = chunk * x->C + (k - 1) / pps;
+        const int stage = (int)((k - 1) % pps);
+        if (m->packed_h != phase) { /* this participant's first item of the phase: A = h, or r * h */
+            x->pan->pack_a(x->ct, x->B, x->H, stage ? x->rh : x->h[s & 1], x->H, m->apack);
+            m->packed_h = phase;
+        }
+        if (x->ct == CD_f64) run_step_f64(x, s, stage, &ub, m->apack, m->tiles);
+        else run_step_f32(x, s, stage, &ub, m->apack, m->tiles);
     }
     atomic_fetch_add_explicit(&x->done, 1, memory_order_release);
 }
@@ -149,17 +190,18 @@ static int participant(void *vctx, int64_t p, int64_t end) {
     CD_UNUSED(end);
     rnn_ctx *x = vctx;
     char *mine = x->per + p * x->per_bytes;
+    scratch m = {mine, mine + x->apack_bytes, mine + x->apack_bytes + x->xrows_bytes,
+                 mine + x->apack_bytes + x->xrows_bytes + x->xpack_bytes, -1, -1, 0};
     const int64_t lo = x->nblocks * p / x->participants, hi = x->nblocks * (p + 1) / x->participants;
-    const int64_t nphases = 1 + x->steps * phases_per_step(x);
-    int64_t packed_for = -1;
+    const int64_t chunks = (x->steps + x->C - 1) / x->C, nphases = 1 + chunks + x->steps * (x->two_phase ? 2 : 1);
     /* A participant starting late skips the phases already complete. */
     int64_t phase = atomic_load_explicit(&x->done, memory_order_acquire) / x->nblocks + 1;
     for (; phase <= nphases; phase++) {
         wait_for(x, (phase - 1) * x->nblocks);
         for (int64_t b = lo; b < hi; b++)
-            if (claim(x, phase, b)) run_item(x, phase, b, mine, &packed_for);
+            if (claim(x, phase, b)) run_item(x, phase, b, &m);
         for (int64_t b = x->nblocks - 1; b >= 0; b--) /* others' items nobody has taken yet */
-            if ((b < lo || b >= hi) && claim(x, phase, b)) run_item(x, phase, b, mine, &packed_for);
+            if ((b < lo || b >= hi) && claim(x, phase, b)) run_item(x, phase, b, &m);
     }
     return 0;
 }
@@ -216,6 +258,7 @@ static void gate_slots(rnn_ctx *x, int onnx) {
     for (int k = 0; k < x->G; k++) x->gate[k] = x->cell == CELL_LSTM ? lstm[onnx][k] : gru[onnx][k];
 }
 
+/* desc: see cd_rnn in runtime/candle_cpu.h. */
 static int parse(rnn_ctx *x, int32_t dtype, int32_t cell, const int64_t *d) {
     if (dtype != CD_f32 && dtype != CD_f64 && dtype != CD_bf16 && dtype != CD_f16)
         return cd_fail("recurrent layers need a float dtype, got %s", cd_dtype_name(dtype));
@@ -224,15 +267,16 @@ static int parse(rnn_ctx *x, int32_t dtype, int32_t cell, const int64_t *d) {
     x->dtype = dtype;
     x->ct = dtype == CD_f64 ? CD_f64 : CD_f32;
     x->csz = cd_ct_size(dtype);
-    x->T = d[0], x->B = d[1], x->H = d[2];
+    x->T = d[0], x->B = d[1], x->H = d[2], x->I = d[3];
     x->G = cell == CELL_LSTM ? 4 : 3;
-    if (x->T < 0 || x->B < 0 || x->H < 0) return cd_fail("negative recurrent layer sizes");
-    memcpy(x->xs, d + 3, sizeof x->xs);
-    memcpy(x->ws, d + 6, sizeof x->ws);
-    x->reverse = d[15] != 0;
-    x->input_forget = d[17] != 0;
-    x->two_phase = cell == CELL_GRU && d[18] == 0;
-    gate_slots(x, d[16] != 0);
+    if (x->T < 0 || x->B < 0 || x->H < 0 || x->I < 0) return cd_fail("negative recurrent layer sizes");
+    memcpy(x->xs, d + 4, sizeof x->xs);
+    memcpy(x->wis, d + 7, sizeof x->wis);
+    memcpy(x->whs, d + 9, sizeof x->whs);
+    x->reverse = d[18] != 0;
+    x->input_forget = d[20] != 0;
+    x->two_phase = cell == CELL_GRU && d[21] == 0;
+    gate_slots(x, d[19] != 0);
     x->pan = cd_ops.panels;
     x->U = x->pan->width(x->ct);
     x->nblocks = (x->H + x->U - 1) / x->U;
@@ -241,17 +285,30 @@ static int parse(rnn_ctx *x, int32_t dtype, int32_t cell, const int64_t *d) {
     return 0;
 }
 
+/* Steps per chunk: projections and gathered inputs of about CHUNK_BYTES, at least one step. */
+static void size_chunks(rnn_ctx *x) {
+    const int64_t step_bytes = x->B * CD_MAX(x->G * x->nblocks * x->U, x->I) * x->csz;
+    x->C = CD_MAX(1, CD_MIN(CD_MAX(x->steps, 1), CHUNK_BYTES / CD_MAX(step_bytes, 1)));
+    x->per_chunk = 1 + x->C * (x->two_phase ? 2 : 1);
+}
+
 /* Carves the compute-type buffers out of one allocation (returned, to free). */
 static char *allocate(rnn_ctx *x) {
     const int64_t bh = round64(x->B * x->H * x->csz), gh = round64(x->G * x->H * x->csz);
-    const int64_t panels = x->nblocks * x->G * x->H * x->U * x->csz, mr = x->pan->height(x->ct);
+    const int64_t mr = x->pan->height(x->ct), rows = x->C * x->B, panel = x->G * x->U * x->csz;
+    const int64_t hpanels = x->nblocks * x->H * panel, ipanels = x->nblocks * x->I * panel;
+    const int64_t xwc = x->nblocks * rows * panel;
     x->apack_bytes = round64((x->B + mr - 1) / mr * mr * x->H * x->csz);
-    x->tile_bytes = round64(5 * x->B * x->U * x->csz);
-    x->per_bytes = x->apack_bytes + x->tile_bytes + round64(x->U * x->csz);
-    const int64_t zeroed = x->participants * x->per_bytes + round64(x->nblocks * 8);
-    char *base = cd_scratch(panels + 3 * gh + 5 * bh + zeroed), *p = base;
+    x->xrows_bytes = round64(rows * x->I * x->csz);
+    x->xpack_bytes = round64((rows + mr - 1) / mr * mr * x->I * x->csz);
+    const int64_t tiles = round64(5 * x->B * x->U * x->csz);
+    x->per_bytes = x->apack_bytes + x->xrows_bytes + x->xpack_bytes + tiles;
+    const int64_t total = hpanels + ipanels + xwc + 3 * gh + 5 * bh + x->participants * x->per_bytes;
+    char *base = cd_scratch(total + round64(x->nblocks * 8)), *p = base;
     if (!base) return NULL;
-    x->panels = p, p += panels;
+    x->hpanels = p, p += hpanels;
+    x->ipanels = p, p += ipanels;
+    x->xwc = p, p += xwc;
     x->bias = p, p += gh;
     x->bias_hn = p, p += gh;
     x->peep = p, p += gh;
@@ -260,8 +317,9 @@ static char *allocate(rnn_ctx *x) {
     x->c = p, p += bh;
     x->rh = p, p += bh;
     x->z = p, p += bh;
-    memset(p, 0, (size_t)zeroed); /* the tiles' columns past a block's units stay zeros */
     x->per = p, p += x->participants * x->per_bytes;
+    for (int64_t q = 0; q < x->participants; q++) /* the tiles' columns past a block's units stay zeros */
+        memset(x->per + q * x->per_bytes + x->per_bytes - tiles, 0, (size_t)tiles);
     x->claimed = (atomic_llong *)p;
     for (int64_t b = 0; b < x->nblocks; b++) atomic_init(&x->claimed[b], 0);
     atomic_init(&x->done, 0);
@@ -277,22 +335,23 @@ static void write_finals(const rnn_ctx *x) {
     if (x->cell == CELL_LSTM) cd_store_ct(x->dtype, x->c, x->B * x->H, x->out + (x->T + 1) * row);
 }
 
-int cd_rnn(int32_t dtype, int32_t cell, const int64_t *desc, const void *xw, const void *w, const void *b_ih,
-           const void *b_hh, const void *h0, const void *c0, const void *peep, const int64_t *lens, void *out,
-           double clip) {
+int cd_rnn(int32_t dtype, int32_t cell, const int64_t *desc, const void *x_in, const void *w_ih, const void *w_hh,
+           const void *b_ih, const void *b_hh, const void *h0, const void *c0, const void *peep, const int64_t *lens,
+           void *out, double clip) {
     rnn_ctx x = {0};
     if (parse(&x, dtype, cell, desc)) return -1;
-    x.xw = xw, x.w = w, x.lens = lens, x.out = out, x.clip = clip > 0 ? clip : 0;
+    x.x = x_in, x.w_ih = w_ih, x.w_hh = w_hh, x.lens = lens, x.out = out, x.clip = clip > 0 ? clip : 0;
     if (x.B == 0 || x.H == 0) return 0;
     if (check_lengths(&x)) return -1;
+    size_chunks(&x);
     x.participants = CD_MAX(1, CD_MIN(cd_num_threads(), x.nblocks));
     char *base = allocate(&x);
     if (!base) return -1;
-    load_biases(&x, b_ih, desc[12], b_hh, desc[13], x.peep); /* the peepholes' buffer is free until loaded */
-    if (peep) cd_load_ct(dtype, peep, 3 * x.H, desc[14], x.peep);
+    load_biases(&x, b_ih, desc[15], b_hh, desc[16], x.peep); /* the peepholes' buffer is free until loaded */
+    if (peep) cd_load_ct(dtype, peep, 3 * x.H, desc[17], x.peep);
     else x.peep = NULL;
-    load_rows(&x, h0, desc + 8, x.h[0]);
-    if (cell == CELL_LSTM) load_rows(&x, c0, desc + 10, x.c);
+    load_rows(&x, h0, desc + 11, x.h[0]);
+    if (cell == CELL_LSTM) load_rows(&x, c0, desc + 13, x.c);
     int rc = x.participants == 1 ? participant(&x, 0, 1) : cd_parallel_for(x.participants, 1, participant, &x);
     if (rc == 0) write_finals(&x);
     cd_scratch_free(base);

@@ -7,38 +7,25 @@
  *
  * An item is one block of U hidden units at one step: its gates' products
  * with the packed recurrent weights land in tiles of B rows x U columns (the
- * columns past the block's last unit stay zero), the step's input projection
- * and biases are added, and the cell's pointwise update writes the block's
- * units of the next state and of the output. Rows whose sequence has ended
- * keep their state and output zeros. */
+ * columns past the block's last unit stay zero), the step's input
+ * projections and biases are added, and the cell's pointwise update writes
+ * the block's units of the next state and of the output. Rows whose sequence
+ * has ended keep their state and output zeros. */
 #define CELL_CAT_(a, b) a##b
 #define CELL_CAT(a, b) CELL_CAT_(a, b)
 #define FN(name) CELL_CAT(name, CELL_SFX)
 #define T_ CELL_T
 
-/* tile[r][j] (+)= xw[t, r, slot * H + u0 + j] + bias[slot * H + u0 + j] over the
- * rows active at step s; `assign` starts from the input instead of adding. */
-static void FN(add_inputs)(const rnn_ctx *x, int64_t s, int slot, const unit_block *ub, const T_ *bias, T_ *tile,
-                           T_ *row, int assign) {
-    const int isz = cd_dtype_size(x->dtype);
-    const int64_t col0 = slot * x->H + ub->u0;
-    bias += col0;
+/* tile[r][j] (+)= the projection of gate slot `slot` for unit u0 + j of row r
+ * at step s, plus its bias, over the rows active at step s; `assign` starts
+ * from them instead of adding. */
+static void FN(add_inputs)(const rnn_ctx *x, int64_t s, int slot, const unit_block *ub, T_ *tile, int assign) {
+    const T_ *bias = (const T_ *)x->bias + slot * x->H + ub->u0;
+    const T_ *in = (const T_ *)projections(x, ub->index, s, slot);
     for (int64_t r = 0; r < x->B; r++) {
-        const int64_t t = time_of(x, s, r);
-        if (t < 0) continue;
-        const char *src = x->xw + (t * x->xs[0] + r * x->xs[1] + col0 * x->xs[2]) * isz;
-        const T_ *v = (const T_ *)src;
-        int64_t vs = x->xs[2];
-        if (x->dtype != x->ct) { /* half precision: widened first */
-            cd_load_ct(x->dtype, src, ub->n, vs, row);
-            v = row;
-            vs = 1;
-        }
+        if (time_of(x, s, r) < 0) continue;
+        const T_ *v = in + r * x->G * x->U;
         T_ *dst = tile + r * x->U;
-        if (vs != 1) { /* gathered, so the loops below run over contiguous rows */
-            for (int64_t j = 0; j < ub->n; j++) row[j] = v[j * vs];
-            v = row;
-        }
         if (assign) {
 #pragma omp simd
             for (int64_t j = 0; j < ub->n; j++) dst[j] = v[j] + bias[j];
@@ -52,11 +39,10 @@ static void FN(add_inputs)(const rnn_ctx *x, int64_t s, int slot, const unit_blo
 /* The tiles of the count gates stored from `first` on, in storage order (tile q
  * at tiles + q * B * U): A @ the block's panels of those gates, plus the inputs. */
 static void FN(gate_tiles)(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack, int first, int count,
-                           T_ *tiles, T_ *row) {
+                           T_ *tiles) {
     const int64_t n = x->B * x->U;
-    prefetch_inputs(x, s, ub, first, count);
-    x->pan->product(x->ct, x->B, x->H, apack, panel(x, ub->index, first), count, (int)ub->n, tiles, x->U, n);
-    for (int q = 0; q < count; q++) FN(add_inputs)(x, s, first + q, ub, (const T_ *)x->bias, tiles + q * n, row, 0);
+    x->pan->product(x->ct, x->B, x->H, apack, hpanel(x, ub->index, first), count, (int)ub->n, tiles, x->U, n);
+    for (int q = 0; q < count; q++) FN(add_inputs)(x, s, first + q, ub, tiles + q * n, 0);
 }
 
 static void FN(clip)(const rnn_ctx *x, T_ *v, int64_t n) {
@@ -81,11 +67,11 @@ static void FN(finish)(const rnn_ctx *x, int64_t s, const unit_block *ub, const 
 /* LSTM: i, f, g, o; c = f * c + i * g, h = o * tanh(c). ONNX's peepholes add
  * p_i * c and p_f * c to i and f, p_o * c_new to o; input_forget couples
  * f = 1 - i. */
-static void FN(lstm_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack, T_ *tiles, T_ *row) {
+static void FN(lstm_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack, T_ *tiles) {
     const int64_t B = x->B, H = x->H, U = x->U, n = B * U;
     T_ *gi = tiles + x->gate[0] * n, *gf = tiles + x->gate[1] * n, *gg = tiles + x->gate[2] * n;
     T_ *go = tiles + x->gate[3] * n, *tc = tiles + 4 * n;
-    FN(gate_tiles)(x, s, ub, apack, 0, 4, tiles, row);
+    FN(gate_tiles)(x, s, ub, apack, 0, 4, tiles);
     T_ *c = (T_ *)x->c;
     const T_ *peep = (const T_ *)x->peep; /* (i, o, f), H each */
     if (peep)
@@ -129,11 +115,11 @@ static void FN(lstm_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, con
  * candidate follows in the same item, n = tanh(x_n + r * (h @ W_n^T + b_hn)).
  * Without it (ONNX's default), r * h of every unit is needed before the
  * candidate's product: this item stores r * h and z for gru_candidate. */
-static void FN(gru_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack, T_ *tiles, T_ *row) {
+static void FN(gru_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack, T_ *tiles) {
     const int64_t B = x->B, H = x->H, U = x->U, n = B * U;
     /* r and z are the first two slots in either order, the candidate the third */
     T_ *gr = tiles + x->gate[0] * n, *gz = tiles + x->gate[1] * n, *gn = tiles + 2 * n, *xn = tiles + 3 * n;
-    FN(gate_tiles)(x, s, ub, apack, 0, 2, tiles, row);
+    FN(gate_tiles)(x, s, ub, apack, 0, 2, tiles);
     FN(clip)(x, tiles, 2 * n);
     x->sigmoid(2 * n, tiles, tiles);
     const T_ *hp = (const T_ *)x->h[s & 1];
@@ -147,9 +133,8 @@ static void FN(gru_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, cons
             }
         return;
     }
-    prefetch_inputs(x, s, ub, 2, 1);
-    x->pan->product(x->ct, B, H, apack, panel(x, ub->index, 2), 1, (int)ub->n, gn, U, n);
-    FN(add_inputs)(x, s, 2, ub, (const T_ *)x->bias, xn, row, 1);
+    x->pan->product(x->ct, B, H, apack, hpanel(x, ub->index, 2), 1, (int)ub->n, gn, U, n);
+    FN(add_inputs)(x, s, 2, ub, xn, 1);
     const T_ *bn = (const T_ *)x->bias_hn + ub->u0;
     for (int64_t r = 0; r < B; r++)
         for (int64_t j = 0; j < ub->n; j++) {
@@ -168,13 +153,11 @@ static void FN(gru_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, cons
 
 /* The second phase of a GRU step without linear_before_reset: n = tanh(x_n +
  * (r * h) @ W_n^T + b_hn) with apack holding r * h, then h = (1 - z) n + z h. */
-static void FN(gru_candidate)(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack, T_ *tiles,
-                              T_ *row) {
+static void FN(gru_candidate)(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack, T_ *tiles) {
     const int64_t B = x->B, H = x->H, U = x->U, n = B * U;
     T_ *gn = tiles, *xn = tiles + n;
-    prefetch_inputs(x, s, ub, 2, 1);
-    x->pan->product(x->ct, B, H, apack, panel(x, ub->index, 2), 1, (int)ub->n, gn, U, n);
-    FN(add_inputs)(x, s, 2, ub, (const T_ *)x->bias, xn, row, 1);
+    x->pan->product(x->ct, B, H, apack, hpanel(x, ub->index, 2), 1, (int)ub->n, gn, U, n);
+    FN(add_inputs)(x, s, 2, ub, xn, 1);
     const T_ *bn = (const T_ *)x->bias_hn + ub->u0, *hp = (const T_ *)x->h[s & 1], *z = (const T_ *)x->z;
     for (int64_t r = 0; r < B; r++)
         for (int64_t j = 0; j < ub->n; j++) gn[r * U + j] += xn[r * U + j] + bn[j];
@@ -189,11 +172,10 @@ static void FN(gru_candidate)(const rnn_ctx *x, int64_t s, const unit_block *ub,
 }
 
 /* Runs one step item of the call's cell; stage 1 is the candidate phase of a two-phase GRU step. */
-static void FN(run_step)(const rnn_ctx *x, int64_t s, int stage, const unit_block *ub, const void *apack, void *tiles,
-                         void *row) {
-    if (x->cell == CELL_LSTM) FN(lstm_item)(x, s, ub, apack, tiles, row);
-    else if (stage == 0) FN(gru_item)(x, s, ub, apack, tiles, row);
-    else FN(gru_candidate)(x, s, ub, apack, tiles, row);
+static void FN(run_step)(const rnn_ctx *x, int64_t s, int stage, const unit_block *ub, const void *apack, void *tiles) {
+    if (x->cell == CELL_LSTM) FN(lstm_item)(x, s, ub, apack, tiles);
+    else if (stage == 0) FN(gru_item)(x, s, ub, apack, tiles);
+    else FN(gru_candidate)(x, s, ub, apack, tiles);
 }
 
 #undef CELL_CAT_
