@@ -38,6 +38,12 @@
 
 enum { CELL_LSTM, CELL_GRU };
 enum { MAX_GATES = 4 };
+/* A block's claim, on a cache line of its own: the thread that owns the block takes it at every phase
+ * without pulling the line from another core. */
+typedef struct {
+    _Alignas(64) atomic_llong phase;
+} claim_slot;
+
 /* Bytes of a chunk's projections (and of its gathered inputs) the chunk length aims at. */
 #define CHUNK_BYTES (1 << 19)
 
@@ -63,7 +69,7 @@ typedef struct {
     int64_t per_bytes, apack_bytes, xrows_bytes, xpack_bytes;
     int64_t participants;
     atomic_llong done;              /* items finished, all phases */
-    atomic_llong *claimed;          /* per block: the last phase whose item was taken */
+    claim_slot *claimed;            /* per block: the last phase whose item was taken */
 } rnn_ctx;
 
 /* The units of one block: index, first unit, count. */
@@ -121,7 +127,7 @@ static inline void wait_for(rnn_ctx *x, int64_t target) {
 
 static inline int claim(rnn_ctx *x, int64_t phase, int64_t block) {
     long long expected = phase - 1;
-    return atomic_compare_exchange_strong_explicit(&x->claimed[block], &expected, phase, memory_order_relaxed,
+    return atomic_compare_exchange_strong_explicit(&x->claimed[block].phase, &expected, phase, memory_order_relaxed,
                                                    memory_order_relaxed);
 }
 
@@ -183,7 +189,6 @@ static void run_item(rnn_ctx *x, int64_t phase, int64_t block, scratch *m) {
         if (x->ct == CD_f64) run_step_f64(x, s, stage, &ub, m->apack, m->tiles);
         else run_step_f32(x, s, stage, &ub, m->apack, m->tiles);
     }
-    atomic_fetch_add_explicit(&x->done, 1, memory_order_release);
 }
 
 static int participant(void *vctx, int64_t p, int64_t end) {
@@ -198,10 +203,12 @@ static int participant(void *vctx, int64_t p, int64_t end) {
     int64_t phase = atomic_load_explicit(&x->done, memory_order_acquire) / x->nblocks + 1;
     for (; phase <= nphases; phase++) {
         wait_for(x, (phase - 1) * x->nblocks);
+        int64_t ran = 0;
         for (int64_t b = lo; b < hi; b++)
-            if (claim(x, phase, b)) run_item(x, phase, b, &m);
+            if (claim(x, phase, b)) run_item(x, phase, b, &m), ran++;
         for (int64_t b = x->nblocks - 1; b >= 0; b--) /* others' items nobody has taken yet */
-            if ((b < lo || b >= hi) && claim(x, phase, b)) run_item(x, phase, b, &m);
+            if ((b < lo || b >= hi) && claim(x, phase, b)) run_item(x, phase, b, &m), ran++;
+        if (ran) atomic_fetch_add_explicit(&x->done, ran, memory_order_release); /* once a phase: one shared line */
     }
     return 0;
 }
@@ -296,15 +303,15 @@ static void size_chunks(rnn_ctx *x) {
 static char *allocate(rnn_ctx *x) {
     const int64_t bh = round64(x->B * x->H * x->csz), gh = round64(x->G * x->H * x->csz);
     const int64_t mr = x->pan->height(x->ct), rows = x->C * x->B, panel = x->G * x->U * x->csz;
-    const int64_t hpanels = x->nblocks * x->H * panel, ipanels = x->nblocks * x->I * panel;
-    const int64_t xwc = x->nblocks * rows * panel;
+    const int64_t hpanels = round64(x->nblocks * x->H * panel), ipanels = round64(x->nblocks * x->I * panel);
+    const int64_t xwc = round64(x->nblocks * rows * panel);
     x->apack_bytes = round64((x->B + mr - 1) / mr * mr * x->H * x->csz);
     x->xrows_bytes = round64(rows * x->I * x->csz);
     x->xpack_bytes = round64((rows + mr - 1) / mr * mr * x->I * x->csz);
     const int64_t tiles = round64(5 * x->B * x->U * x->csz);
     x->per_bytes = x->apack_bytes + x->xrows_bytes + x->xpack_bytes + tiles;
     const int64_t total = hpanels + ipanels + xwc + 3 * gh + 5 * bh + x->participants * x->per_bytes;
-    char *base = cd_scratch(total + round64(x->nblocks * 8)), *p = base;
+    char *base = cd_scratch(total + x->nblocks * (int64_t)sizeof(claim_slot)), *p = base;
     if (!base) return NULL;
     x->hpanels = p, p += hpanels;
     x->ipanels = p, p += ipanels;
@@ -320,8 +327,8 @@ static char *allocate(rnn_ctx *x) {
     x->per = p, p += x->participants * x->per_bytes;
     for (int64_t q = 0; q < x->participants; q++) /* the tiles' columns past a block's units stay zeros */
         memset(x->per + q * x->per_bytes + x->per_bytes - tiles, 0, (size_t)tiles);
-    x->claimed = (atomic_llong *)p;
-    for (int64_t b = 0; b < x->nblocks; b++) atomic_init(&x->claimed[b], 0);
+    x->claimed = (claim_slot *)p; /* 64-byte aligned, as every buffer before it is */
+    for (int64_t b = 0; b < x->nblocks; b++) atomic_init(&x->claimed[b].phase, 0);
     atomic_init(&x->done, 0);
     return base;
 }
