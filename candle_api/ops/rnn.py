@@ -165,11 +165,10 @@ def _host_lengths(lengths: Tensor | None, steps: int, op: str) -> list | None:
 
 
 def project(x: Tensor, w: Tensor) -> Tensor:
-    """x (T, B, I) @ w^T for every step at once: one product (x made contiguous when its steps and batch
-    entries are not one run of rows)."""
+    """x (T, B, I) @ w^T for every step at once: one product (x made contiguous first when its steps and batch
+    entries are not one run of rows, a batch-first input for one)."""
     steps, batch, features = x.shape
-    rows = x.reshape(steps * batch, features) if x.is_contiguous() else x.contiguous().reshape(steps * batch, features)
-    return (rows @ w.t()).reshape(steps, batch, w.shape[0])
+    return (x.contiguous().reshape(steps * batch, features) @ w.t()).reshape(steps, batch, w.shape[0])
 
 
 def run_steps(op: str, xw: Tensor, states: list, lengths, reverse: bool, step) -> Tensor:
