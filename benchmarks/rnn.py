@@ -106,7 +106,8 @@ def main() -> int:
                 if cls == "LSTM" and ratio is not None and ratio < BAR:
                     misses.append(f"LSTM batch {batch}, {threads} thread(s): {ratio:.2f}x")
     if torch is not None:
-        print(f"bar (LSTM at least {BAR}x PyTorch's speed): " + ("met" if not misses else "missed: " + ", ".join(misses)))
+        verdict = "met" if not misses else "missed: " + ", ".join(misses)
+        print(f"bar (LSTM at least {BAR}x PyTorch's speed): {verdict}")
     return 1 if misses else 0
 
 

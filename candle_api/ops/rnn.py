@@ -284,8 +284,8 @@ def _lstm_prepare(x, w_ih, w_hh, b_ih, b_hh, h0, c0, peepholes, lengths, reverse
 def _gru_prepare(x, w_ih, w_hh, b_ih, b_hh, h0, lengths, reverse, onnx_gates, clip, linear_before_reset):
     steps, batch, _ = x.shape
     return (steps + 1, batch, w_hh.shape[1]), x._dtype, (
-        *_operand(x), *_operand(w_ih), *_operand(w_hh), *_operand(b_ih), *_operand(b_hh), *_operand(h0), *_operand(lengths),
-        reverse, onnx_gates, clip, linear_before_reset)
+        *_operand(x), *_operand(w_ih), *_operand(w_hh), *_operand(b_ih), *_operand(b_hh), *_operand(h0),
+        *_operand(lengths), reverse, onnx_gates, clip, linear_before_reset)
 
 
 def _recomputed(steps):

@@ -245,7 +245,8 @@ static void load_biases(rnn_ctx *x, const void *b_ih, int64_t sih, const void *b
 
 static void load_rows(const rnn_ctx *x, const char *src, const int64_t *st, char *dst) {
     const int isz = cd_dtype_size(x->dtype);
-    for (int64_t r = 0; r < x->B; r++) cd_load_ct(x->dtype, src + r * st[0] * isz, x->H, st[1], dst + r * x->H * x->csz);
+    for (int64_t r = 0; r < x->B; r++)
+        cd_load_ct(x->dtype, src + r * st[0] * isz, x->H, st[1], dst + r * x->H * x->csz);
 }
 
 static int check_lengths(rnn_ctx *x) {
