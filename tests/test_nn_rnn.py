@@ -142,6 +142,24 @@ def test_results_do_not_depend_on_the_thread_count():
             np.testing.assert_array_equal(a, b)
 
 
+def test_concurrent_callers_get_the_same_results():
+    """A second Python thread calling while the pool is busy runs the kernel's threads one after another: the
+    first takes every item the others have not started."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, t = operands(4, dtype="f32", batch=9)
+    want = run_lstm(t).numpy()
+    saved = get_num_threads()
+    try:
+        set_num_threads(2)
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda _: run_lstm(t).numpy(), range(16)))
+    finally:
+        set_num_threads(saved)
+    for got in results:
+        np.testing.assert_array_equal(got, want)
+
+
 def test_modules_on_the_ref_device_match_cpu():
     for cls in (nn.LSTM, nn.GRU):
         cpu = cls(3, 40, num_layers=2, bidirectional=True, dtype="f64")
