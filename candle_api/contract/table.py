@@ -171,6 +171,28 @@ ROWS: tuple = tuple([
               notes="lq (batch..., L, E), lk (batch..., S, E), lv (batch..., S, Ev), batch dims broadcast; mask "
                     "None, u8 (0 hides a key) or the query dtype (added), broadcast to (batch..., L, S); causal "
                     "lets query i see keys j <= i; rows with every key hidden are zeros"),
+    # ---- recurrent layers: one layer, one direction, every time step ------------------------------------------
+    KernelRow("lstm_layer", "rnn", "k(out, x, lx, w_ih, lw_ih, w_hh, lw_hh, b_ih, lb_ih, b_hh, lb_hh, h0, lh0, c0, lc0, "
+              "peep, lpeep, lens, llens, reverse, onnx_gates, clip, input_forget)", FLOATS, False,
+              "one matmul for the inputs of every step, then a step at a time: matmul, sigmoid, tanh and elementwise "
+              "ops", since=3,
+              notes="x (T, B, I), w_ih (4H, I), w_hh (4H, H), h0 and c0 (B, H), all any strides; b_ih, b_hh (4H,) "
+                    "or None; the gates x[t] w_ih^T + b_ih + b_hh + h w_hh^T stacked i f g o, or i o f c with "
+                    "onnx_gates (ONNX); i, f, o = sigmoid, g = tanh, c = f c + i g, h = o tanh(c). ONNX's options: "
+                    "peep None or (3H,) peepholes (i o f: p_i c and p_f c added to i and f, p_o c_new to o); lens "
+                    "None or (B,) i64 contiguous sequence lengths in [0, T] (a row past its length keeps its state "
+                    "and outputs zeros; reverse starts at the row's last step), out of range raising KernelError; "
+                    "clip > 0 clips every gate's input to [-clip, clip]; input_forget: f = 1 - i. out (T + 2, B, "
+                    "H): h of every step, the final h, the final c. Other activations than sigmoid/tanh run as the "
+                    "decomposition"),
+    KernelRow("gru_layer", "rnn", "k(out, x, lx, w_ih, lw_ih, w_hh, lw_hh, b_ih, lb_ih, b_hh, lb_hh, h0, lh0, lens, "
+              "llens, reverse, onnx_gates, clip, linear_before_reset)", FLOATS, False,
+              "one matmul for the inputs of every step, then a step at a time: matmul, sigmoid, tanh and elementwise "
+              "ops", since=3,
+              notes="as lstm_layer with 3H gates stacked r z n, or z r h with onnx_gates; r, z = sigmoid of x w^T + "
+                    "b_ih + b_hh + h w_hh^T; n = tanh(x w_n^T + b_in + r (h w_hn^T + b_hn)) with "
+                    "linear_before_reset (PyTorch's GRU), tanh(x w_n^T + b_in + (r h) w_hn^T + b_hn) without "
+                    "(ONNX's default); h = (1 - z) n + z h. out (T + 1, B, H): h of every step, the final h"),
     # ---- optimizer steps (in place, every buffer contiguous) --------------------------------------------------
     KernelRow("adamw_step", "optim", "k(p, lp, g, lg, m, lm, v, lv, lr, beta1, beta2, eps, weight_decay, step)",
               FLOATS, False, "the same update from elementwise ops", notes="writes p, m and v"),

@@ -67,6 +67,8 @@ SIGNATURES = {
     "cd_norm_last": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_int32]),
     "cd_rope": (c_int, [c_int32, c_char_p, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_int32]),
     "cd_sdpa": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_void_p, c_double]),
+    "cd_rnn": (c_int, [c_int32, c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                        c_void_p, c_void_p, c_void_p, c_void_p, c_double]),
     "cd_adamw": (c_int, [c_int32, c_int64, c_void_p, c_void_p, c_void_p, c_void_p, c_char_p]),
     "cd_sgd": (c_int, [c_int32, c_int64, c_void_p, c_void_p, c_void_p, c_char_p, c_int32, c_int32]),
     "cd_quantize": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p]),

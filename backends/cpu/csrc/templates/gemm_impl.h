@@ -525,3 +525,100 @@ int GEMM_ENTRY(int32_t dtype, int64_t m, int64_t n, int64_t k, const void *a, in
     }
     return blocked_float(&d, n, k);
 }
+
+/* ---- products against panels packed once (cd_panel_ops in runtime/isa.h) -------------
+ * K runs in one slice whatever its depth: each element of C is the same
+ * sequence of fused multiply-adds whichever panels or rows a caller's task
+ * takes, and a caller packs its B once for many products. */
+static int panel_width(int32_t ct) { return ct == CD_f64 ? F64_NR : F32_NR; }
+static int panel_height(int32_t ct) { return ct == CD_f64 ? F64_MR : F32_MR; }
+
+static void pack_panels(int32_t dtype, int64_t k, int64_t n, const void *b, int64_t brs, int64_t bcs, void *dst) {
+    switch (dtype) {
+    case CD_f64: pack_b_double_f64(b, brs, bcs, k, n, dst); break;
+    case CD_bf16: pack_b_float_bf16(b, brs, bcs, k, n, dst); break;
+    case CD_f16: pack_b_float_f16(b, brs, bcs, k, n, dst); break;
+    default: pack_b_float_f32(b, brs, bcs, k, n, dst); break;
+    }
+}
+
+/* The first row of A's row panel p of P = ceil(m / mr), each packed mr wide:
+ * mr rows a panel, but a last panel of one or two rows (whose microkernel
+ * waits on the latency of its few accumulators) shares the rows of the one
+ * before it: 16 rows run as 8 + 8, not 14 + 2. */
+static int64_t panel_row(int64_t m, int64_t mr, int64_t p) {
+    const int64_t panels = (m + mr - 1) / mr, last = m - (panels - 1) * mr;
+    if (p >= panels) return m;
+    if (panels < 2 || last > 2 || p < panels - 1) return p * mr;
+    return (panels - 2) * mr + (mr + last + 1) / 2;
+}
+
+static void pack_rows(int32_t ct, int64_t m, int64_t k, const void *a, int64_t lda, void *dst) {
+    const int64_t mr = panel_height(ct), esz = ct == CD_f64 ? 8 : 4;
+    for (int64_t p = 0, r0 = 0, r1; r0 < m; p++, r0 = r1) {
+        r1 = panel_row(m, mr, p + 1);
+        const char *src = (const char *)a + r0 * lda * esz;
+        char *out = (char *)dst + p * mr * k * esz;
+        if (ct == CD_f64) pack_a_double_f64((const double *)src, lda, 1, r1 - r0, k, (double *)out);
+        else pack_a_float_f32((const float *)src, lda, 1, r1 - r0, k, (float *)out);
+    }
+}
+
+/* One row of A (element p at a[p * as]) times NQ panels at once: a row and
+ * one panel give the microkernel only two accumulator chains, each waiting
+ * on the latency of the last multiply-add; NQ panels give it 2 NQ. */
+#define GEN_ROW_PANELS(T, NR)                                                                              \
+    static inline __attribute__((always_inline)) void row_panels_##T(                                     \
+        const int NQ, int64_t k, const T *restrict a, int64_t as, const T *restrict b, int64_t bstride,    \
+        int nr, T *restrict c, int64_t cstride) {                                                          \
+        T acc[4][NR];                                                                                      \
+        for (int q = 0; q < NQ; q++)                                                                       \
+            for (int j = 0; j < NR; j++) acc[q][j] = 0;                                                    \
+        for (int64_t p = 0; p < k; p++) {                                                                  \
+            const T ap = a[p * as];                                                                        \
+            for (int q = 0; q < NQ; q++)                                                                   \
+                for (int j = 0; j < NR; j++) acc[q][j] += ap * b[q * bstride + p * NR + j];                \
+        }                                                                                                  \
+        for (int q = 0; q < NQ; q++) memcpy(c + q * cstride, acc[q], (size_t)nr * sizeof(T));              \
+    }                                                                                                      \
+    static void row_product_##T(int64_t k, const T *a, int64_t as, const T *b, int count, int nr, T *c,     \
+                                int64_t cstride) {                                                         \
+        const int64_t bs = k * NR;                                                                         \
+        int q = 0;                                                                                         \
+        for (; q + 4 <= count; q += 4) row_panels_##T(4, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride); \
+        switch (count - q) {                                                                               \
+        case 3: row_panels_##T(3, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride); break;          \
+        case 2: row_panels_##T(2, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride); break;          \
+        case 1: row_panels_##T(1, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride); break;          \
+        default: break;                                                                                    \
+        }                                                                                                  \
+    }
+GEN_ROW_PANELS(float, F32_NR)
+GEN_ROW_PANELS(double, F64_NR)
+
+/* C_q (m x nr, rows ldc apart, at c + q * cstride) = packed A @ panel q for count consecutive panels. */
+static void panel_product(int32_t ct, int64_t m, int64_t k, const void *apack, const void *panels, int count, int nr,
+                          void *c, int64_t ldc, int64_t cstride) {
+    const int64_t mr = panel_height(ct), bs = k * panel_width(ct);
+    if (m == 1) {
+        if (ct == CD_f64) row_product_double(k, apack, F64_MR, panels, count, nr, c, cstride);
+        else row_product_float(k, apack, F32_MR, panels, count, nr, c, cstride);
+        return;
+    }
+    for (int q = 0; q < count; q++)
+        for (int64_t p = 0, r0 = 0, r1; r0 < m; p++, r0 = r1) {
+            r1 = panel_row(m, mr, p + 1);
+            if (ct == CD_f64)
+                micro_f64(k, (const double *)apack + p * mr * k, (const double *)panels + q * bs, F64_NR,
+                          (double *)c + q * cstride + r0 * ldc, ldc, (int)(r1 - r0), nr, 0);
+            else
+                micro_f32(k, (const float *)apack + p * mr * k, (const float *)panels + q * bs, F32_NR,
+                          (float *)c + q * cstride + r0 * ldc, ldc, (int)(r1 - r0), nr, 0);
+        }
+}
+
+#define PANELS_CAT_(a, b) a##b
+#define PANELS_CAT(a, b) PANELS_CAT_(a, b)
+const cd_panel_ops PANELS_CAT(GEMM_ENTRY, _panels) = {panel_width, panel_height, pack_panels, pack_rows, panel_product};
+#undef PANELS_CAT_
+#undef PANELS_CAT
