@@ -23,16 +23,6 @@
 
 #define LANES(S) ((int)(64 / sizeof(ELEM(S))))
 
-#define STORE_FULL(i, S)                                                 \
-    {                                                                    \
-        ELEM(S) *ci = c + (i) * ldc;                                     \
-        if (accumulate) {                                                \
-            c##i##_0 = OP(add, S)(c##i##_0, OP(loadu, S)(ci));           \
-            c##i##_1 = OP(add, S)(c##i##_1, OP(loadu, S)(ci + W));       \
-        }                                                                \
-        OP(storeu, S)(ci, c##i##_0);                                     \
-        OP(storeu, S)(ci + W, c##i##_1);                                 \
-    }
 #define STORE_PART(i, S)                                                       \
     if ((i) < mr) {                                                            \
         ELEM(S) *ci = c + (i) * ldc;                                           \
@@ -43,9 +33,6 @@
         OP(mask_storeu, S)(ci, m0, c##i##_0);                                  \
         OP(mask_storeu, S)(ci + W, m1, c##i##_1);                              \
     }
-#define PREF(i, S)                                                     \
-    _mm_prefetch((const char *)(c + (i) * ldc), _MM_HINT_T0);          \
-    _mm_prefetch((const char *)(c + (i) * ldc + W), _MM_HINT_T0);
 /* The tile body: accumulates kc steps of A (row i at a[i * ars], the next k
  * acs further on) times B (rows ldb apart, two vectors of BT loaded by BLOAD,
  * multiplied in by STEPM), then stores or adds the tile. */

@@ -33,4 +33,20 @@
         c##i##_1 = OP(fmadd, S)(ai, b1, c##i##_1);    \
     }
 
+/* C's rows of the tile into L1 before the K loop. W: lanes per vector. */
+#define PREF(i, S)                                                     \
+    _mm_prefetch((const char *)(c + (i) * ldc), _MM_HINT_T0);          \
+    _mm_prefetch((const char *)(c + (i) * ldc + W), _MM_HINT_T0);
+/* Row i of a whole tile stored to C, or added to it. */
+#define STORE_FULL(i, S)                                                 \
+    {                                                                    \
+        ELEM(S) *ci = c + (i) * ldc;                                     \
+        if (accumulate) {                                                \
+            c##i##_0 = OP(add, S)(c##i##_0, OP(loadu, S)(ci));           \
+            c##i##_1 = OP(add, S)(c##i##_1, OP(loadu, S)(ci + W));       \
+        }                                                                \
+        OP(storeu, S)(ci, c##i##_0);                                     \
+        OP(storeu, S)(ci + W, c##i##_1);                                 \
+    }
+
 #endif
