@@ -9,10 +9,11 @@
  *   micro_f32_rows(), micro_f64_rows()  full-height tiles with A read in place
  *   GEMM_BF16_DOT         (optional) micro_bf16() and the pair packers of the
  *                         bf16 dot-product path
+ *   GEMM_A_L2_SHARE       (optional, default 6) the part of L2 an A block takes
  *
  * MC and NC are sized at run time from this CPU's caches (cd_cache_bytes):
- * an MC x KC block of A takes a sixth of L2, leaving room for the B micro-
- * panels streaming through it and for C; a KC x NC block of B takes an eighth
+ * an MC x KC block of A takes a sixth of L2 (GEMM_A_L2_SHARE), leaving room
+ * for the B micro-panels streaming through it and for C; a KC x NC block of B takes an eighth
  * of L3. KC is the instruction set's: for AVX-512, a sweep on Zen 4 (1 MiB
  * L2) found the deepest that keeps these blocks in their caches fastest
  * (KC 1024, MC 42 for f32): fewer passes over C; AVX2's smaller tile keeps
@@ -398,9 +399,13 @@ typedef struct {
     int64_t a_near;     /* bytes of A whose packing reads from L2 (split_rows_cheaper) */
 } blocking;
 
+#ifndef GEMM_A_L2_SHARE
+#define GEMM_A_L2_SHARE 6
+#endif
 static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
-    int64_t l2 = cd_cache_bytes(2), mc = l2 / 6 / (kc * esz) / mr * mr, nc = cd_cache_bytes(3) / 8 / (kc * esz) / nr * nr;
-    return (blocking){kc, CD_MAX(mr, CD_MIN(mc, 32 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr)), l2 / 8, l2 / 2};
+    int64_t l2 = cd_cache_bytes(2), mc = l2 / GEMM_A_L2_SHARE / (kc * esz) / mr * mr;
+    int64_t nc = cd_cache_bytes(3) / 8 / (kc * esz) / nr * nr;
+    return (blocking){kc, CD_MAX(mr, CD_MIN(mc, 64 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr)), l2 / 8, l2 / 2};
 }
 
 /* The depth of K slices: K cut into as few slices as kc_max allows, of equal
