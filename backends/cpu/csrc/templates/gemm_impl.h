@@ -171,8 +171,69 @@ static void pack_b_float_f32(const float *b, int64_t rs, int64_t cs, int64_t kc,
     for (int64_t j = 0; j < nc; j += F32_NR, dst += F32_NR * kc)
         tpack_f32(b + j * cs, cs, (int)CD_MIN(F32_NR, nc - j), kc, F32_NR, dst);
 }
-GEN_PACK(float, F32_MR, F32_NR, bf16, uint16_t, cd_bf16_to_f32)
-GEN_PACK(float, F32_MR, F32_NR, f16, uint16_t, cd_f16_to_f32)
+GEN_PACK(float, F32_MR, F32_NR, bf16_any, uint16_t, cd_bf16_to_f32)
+GEN_PACK(float, F32_MR, F32_NR, f16_any, uint16_t, cd_f16_to_f32)
+
+/* Half-precision panels: runs along the source's contiguous dimension widened
+ * to f32 by the instruction set's block converter (cd_ops), a small block at a
+ * time, then packed as f32 ones (the element-wise loops above serve the other
+ * strides). HALF_RUN: k per block; HALF_COLS: B columns per block. */
+enum { HALF_RUN = 64, HALF_COLS = 256 };
+/* Rows of the block, rounded up to the 8 rows a transposing pack may read. */
+#define HALF_ROWS(w) (((w) + 7) / 8 * 8)
+static void pack_a_half(const uint16_t *a, int64_t rs, int64_t mc, int64_t kc, float *dst, cd_half_to_f32 widen) {
+    float tmp[HALF_ROWS(F32_MR) * HALF_RUN];
+    for (int64_t i = 0; i < mc; i += F32_MR, dst += F32_MR * kc) {
+        const int mr = (int)CD_MIN(F32_MR, mc - i);
+        for (int64_t p0 = 0; p0 < kc; p0 += HALF_RUN) {
+            const int64_t len = CD_MIN(HALF_RUN, kc - p0);
+            for (int r = 0; r < mr; r++) widen(len, a + (i + r) * rs + p0, tmp + r * HALF_RUN);
+            tpack_f32(tmp, HALF_RUN, mr, len, F32_MR, dst + p0 * F32_MR);
+        }
+    }
+}
+
+/* B's rows contiguous: 8 rows at a time across the panels, as pack_b_float_f32. */
+static void pack_b_half_rows(const uint16_t *b, int64_t rs, int64_t kc, int64_t nc, float *dst, cd_half_to_f32 widen) {
+    float tmp[8 * HALF_COLS];
+    for (int64_t p0 = 0; p0 < kc; p0 += 8) {
+        const int64_t rows = CD_MIN(8, kc - p0);
+        for (int64_t j0 = 0; j0 < nc; j0 += HALF_COLS) {
+            const int64_t cols = CD_MIN(HALF_COLS, nc - j0);
+            for (int64_t r = 0; r < rows; r++) widen(cols, b + (p0 + r) * rs + j0, tmp + r * HALF_COLS);
+            for (int64_t j = j0; j < j0 + cols; j += F32_NR)
+                copy_rows(tmp + (j - j0), HALF_COLS, rows, (int)CD_MIN(F32_NR, nc - j), F32_NR, dst + j * kc + p0 * F32_NR);
+        }
+    }
+}
+
+/* B's columns contiguous (a Linear's [out, in] weight, transposed). */
+static void pack_b_half_cols(const uint16_t *b, int64_t cs, int64_t kc, int64_t nc, float *dst, cd_half_to_f32 widen) {
+    float tmp[HALF_ROWS(F32_NR) * HALF_RUN];
+    for (int64_t j = 0; j < nc; j += F32_NR, dst += F32_NR * kc) {
+        const int nr = (int)CD_MIN(F32_NR, nc - j);
+        for (int64_t p0 = 0; p0 < kc; p0 += HALF_RUN) {
+            const int64_t len = CD_MIN(HALF_RUN, kc - p0);
+            for (int c = 0; c < nr; c++) widen(len, b + (j + c) * cs + p0, tmp + c * HALF_RUN);
+            tpack_f32(tmp, HALF_RUN, nr, len, F32_NR, dst + p0 * F32_NR);
+        }
+    }
+}
+
+#define GEN_HALF_PACK(SRC)                                                                              \
+    static void pack_a_float_##SRC(const uint16_t *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc,  \
+                                   float *dst) {                                                       \
+        if (cs == 1) pack_a_half(a, rs, mc, kc, dst, cd_ops.SRC##_to_f32);                             \
+        else pack_a_float_##SRC##_any(a, rs, cs, mc, kc, dst);                                         \
+    }                                                                                                  \
+    static void pack_b_float_##SRC(const uint16_t *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc,  \
+                                   float *dst) {                                                       \
+        if (cs == 1) pack_b_half_rows(b, rs, kc, nc, dst, cd_ops.SRC##_to_f32);                        \
+        else if (rs == 1) pack_b_half_cols(b, cs, kc, nc, dst, cd_ops.SRC##_to_f32);                   \
+        else pack_b_float_##SRC##_any(b, rs, cs, kc, nc, dst);                                         \
+    }
+GEN_HALF_PACK(bf16)
+GEN_HALF_PACK(f16)
 GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
 
 /* ---- GEMV: a single row or column ----------------------------------------------
