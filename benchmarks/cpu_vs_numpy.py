@@ -25,11 +25,12 @@ parked; each timing is a calibrated batch of back-to-back calls; medians of
 11 repetitions (3 with --quick) are reported: this machine's memory bandwidth
 drifts by a fifth from minute to minute, more than most margins here.
 
-Each side's instruction set is printed: candle-api's code path and the
-core type whose kernels OpenBLAS chose. `--isa avx2` compares the AVX2 paths
-on any x86 machine: candle-api with CANDLE_CPU_ISA=avx2 and OpenBLAS with
-OPENBLAS_CORETYPE=Haswell (its AVX2 kernels), both set for the measuring
-process alone.
+Each side's instruction set is printed: candle-api's code path, the core
+type whose kernels OpenBLAS chose and the best of NumPy's own SIMD loops in
+use. `--isa avx2` compares the AVX2 paths on any x86 machine: candle-api with
+CANDLE_CPU_ISA=avx2, OpenBLAS with OPENBLAS_CORETYPE=Haswell (its AVX2
+kernels) and NumPy's loops without their AVX-512 versions
+(NPY_DISABLE_CPU_FEATURES), all set for the measuring process alone.
 
     python benchmarks/cpu_vs_numpy.py            # both thread counts, the best ISA
     python benchmarks/cpu_vs_numpy.py --isa avx2 --only "matmul f32"
@@ -50,6 +51,11 @@ HERE = Path(__file__).resolve().parent
 #: --isa: OpenBLAS's core type whose kernels use the same instruction set as candle-api's path
 #: (OpenBLAS has no portable-C core type on x86: its oldest, Prescott, is SSE3)
 CORETYPES = {"avx512": "SkylakeX", "avx2": "Haswell", "scalar": "Prescott"}
+#: --isa: NumPy's own loops (the composite expressions) held to the same instruction set: the
+#: dispatch targets NPY_DISABLE_CPU_FEATURES turns off (NumPy 2's names and NumPy 1's; unknown
+#: names are ignored; NumPy's baseline, SSE4.2 on x86-64 v2 builds, stays)
+_AVX512 = "X86_V4 AVX512_ICL AVX512_SPR AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL"
+NUMPY_DISABLED = {"avx512": "", "avx2": _AVX512, "scalar": "X86_V3 AVX AVX2 FMA3 F16C " + _AVX512}
 
 
 # ---- the cases (built inside the measuring process) ---------------------------------------
@@ -201,7 +207,8 @@ def memory_bandwidth() -> float:
 
 
 def isas() -> dict:
-    """The instruction sets each side runs: candle-api's code path and OpenBLAS's core type."""
+    """The instruction sets each side runs: candle-api's code path, OpenBLAS's core type and the
+    best of NumPy's own loops in use."""
     from candle_backend_cpu import library
 
     try:
@@ -211,7 +218,13 @@ def isas() -> dict:
         blas = ", ".join(map(str, cores)) or "no OpenBLAS loaded"
     except ImportError:
         blas = "unknown (pip install threadpoolctl)"
-    return {"candle": library.describe(), "openblas": blas}
+    try:
+        from numpy._core import _multiarray_umath as umath  # NumPy 2
+    except ImportError:
+        from numpy.core import _multiarray_umath as umath  # NumPy 1
+    on = [t for t in umath.__cpu_dispatch__ if umath.__cpu_features__.get(t)]
+    loops = on[-1] if on else "baseline " + " ".join(umath.__cpu_baseline__[-1:])
+    return {"candle": library.describe(), "openblas": blas, "numpy": loops}
 
 
 def measure(threads: int, quick: bool, only: str | None) -> dict:
@@ -259,7 +272,8 @@ def report(res: dict, peak: float | None) -> list[str]:
     t = res["threads"]
     print(f"\n== {t} thread(s): memory bandwidth (parallel copy) {res['bandwidth_gbs']:.1f} GB/s"
           + (f", FMA peak {peak:.0f} GFLOP/s" if peak else ""))
-    print(f"candle-api {res['isa']['candle']}\nnumpy: OpenBLAS {res['isa']['openblas']} kernels")
+    isa = res["isa"]
+    print(f"candle-api {isa['candle']}\nnumpy: OpenBLAS {isa['openblas']} kernels, NumPy's loops up to {isa['numpy']}")
     print(f"{'case':36s} {'candle-api':>12s} {'numpy':>12s} {'ratio':>7s} {'target':>7s}  detail")
     misses = []
     for c in res["cases"]:
@@ -309,7 +323,8 @@ def main() -> int:
         env = dict(os.environ, CANDLE_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                    OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), BENCH_THREADS=str(threads))
         if args.isa:
-            env.update(CANDLE_CPU_ISA=args.isa, OPENBLAS_CORETYPE=CORETYPES[args.isa])
+            env.update(CANDLE_CPU_ISA=args.isa, OPENBLAS_CORETYPE=CORETYPES[args.isa],
+                       NPY_DISABLE_CPU_FEATURES=NUMPY_DISABLED[args.isa])
         cmd = [sys.executable, __file__, "--child", "--threads", str(threads)] + (["--quick"] if args.quick else [])
         cmd += ["--only", args.only] if args.only else []
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
