@@ -179,16 +179,17 @@ GEN_PACK(float, F32_MR, F32_NR, f16_any, uint16_t, cd_f16_to_f32)
  * time, then packed as f32 ones (the element-wise loops above serve the other
  * strides). HALF_RUN: k per block; HALF_COLS: B columns per block. */
 enum { HALF_RUN = 64, HALF_COLS = 256 };
-/* Rows of the block, rounded up to the 8 rows a transposing pack may read. */
-#define HALF_ROWS(w) (((w) + 7) / 8 * 8)
-static void pack_a_half(const uint16_t *a, int64_t rs, int64_t mc, int64_t kc, float *dst, cd_half_to_f32 widen) {
-    float tmp[HALF_ROWS(F32_MR) * HALF_RUN];
-    for (int64_t i = 0; i < mc; i += F32_MR, dst += F32_MR * kc) {
-        const int mr = (int)CD_MIN(F32_MR, mc - i);
+/* Panels W wide from `count` rows of the source, each contiguous along k and
+ * ld apart (A's rows; B's columns when B is a transposed Linear weight). */
+static void pack_half_panels(const uint16_t *src, int64_t ld, int64_t count, int64_t kc, int W, float *dst,
+                             cd_half_to_f32 widen) {
+    float tmp[(CD_MAX(F32_MR, F32_NR) + 7) / 8 * 8 * HALF_RUN]; /* whole 8-row blocks, as tpack_f32 reads */
+    for (int64_t i = 0; i < count; i += W, dst += W * kc) {
+        const int w = (int)CD_MIN(W, count - i);
         for (int64_t p0 = 0; p0 < kc; p0 += HALF_RUN) {
             const int64_t len = CD_MIN(HALF_RUN, kc - p0);
-            for (int r = 0; r < mr; r++) widen(len, a + (i + r) * rs + p0, tmp + r * HALF_RUN);
-            tpack_f32(tmp, HALF_RUN, mr, len, F32_MR, dst + p0 * F32_MR);
+            for (int r = 0; r < w; r++) widen(len, src + (i + r) * ld + p0, tmp + r * HALF_RUN);
+            tpack_f32(tmp, HALF_RUN, w, len, W, dst + p0 * W);
         }
     }
 }
@@ -207,29 +208,16 @@ static void pack_b_half_rows(const uint16_t *b, int64_t rs, int64_t kc, int64_t 
     }
 }
 
-/* B's columns contiguous (a Linear's [out, in] weight, transposed). */
-static void pack_b_half_cols(const uint16_t *b, int64_t cs, int64_t kc, int64_t nc, float *dst, cd_half_to_f32 widen) {
-    float tmp[HALF_ROWS(F32_NR) * HALF_RUN];
-    for (int64_t j = 0; j < nc; j += F32_NR, dst += F32_NR * kc) {
-        const int nr = (int)CD_MIN(F32_NR, nc - j);
-        for (int64_t p0 = 0; p0 < kc; p0 += HALF_RUN) {
-            const int64_t len = CD_MIN(HALF_RUN, kc - p0);
-            for (int c = 0; c < nr; c++) widen(len, b + (j + c) * cs + p0, tmp + c * HALF_RUN);
-            tpack_f32(tmp, HALF_RUN, nr, len, F32_NR, dst + p0 * F32_NR);
-        }
-    }
-}
-
 #define GEN_HALF_PACK(SRC)                                                                              \
     static void pack_a_float_##SRC(const uint16_t *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc,  \
                                    float *dst) {                                                       \
-        if (cs == 1) pack_a_half(a, rs, mc, kc, dst, cd_ops.SRC##_to_f32);                             \
+        if (cs == 1) pack_half_panels(a, rs, mc, kc, F32_MR, dst, cd_ops.SRC##_to_f32);               \
         else pack_a_float_##SRC##_any(a, rs, cs, mc, kc, dst);                                         \
     }                                                                                                  \
     static void pack_b_float_##SRC(const uint16_t *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc,  \
                                    float *dst) {                                                       \
         if (cs == 1) pack_b_half_rows(b, rs, kc, nc, dst, cd_ops.SRC##_to_f32);                        \
-        else if (rs == 1) pack_b_half_cols(b, cs, kc, nc, dst, cd_ops.SRC##_to_f32);                   \
+        else if (rs == 1) pack_half_panels(b, cs, nc, kc, F32_NR, dst, cd_ops.SRC##_to_f32);          \
         else pack_b_float_##SRC##_any(b, rs, cs, kc, nc, dst);                                         \
     }
 GEN_HALF_PACK(bf16)

@@ -36,8 +36,7 @@
         OP(maskstore, S)(ci, m0, c##i##_0);                                    \
         OP(maskstore, S)(ci + W, m1, c##i##_1);                                \
     }
-/* The tile body: kc steps of A (row i at a[i * ars], the next k ACS further
- * on) times B (rows ldb apart), then C stored or added to. */
+/* The tile body (see gemm_micro.h), B's rows ldb apart. */
 #define MICRO_BODY(R, S, ACS)                                                                   \
     const int W = LANES(S);                                                                     \
     ROWS##R(PREF, S)                                                                            \
@@ -52,29 +51,17 @@
         const __m256i m0 = LANE_MASK(S, nr), m1 = LANE_MASK(S, nr - W);                         \
         ROWS##R(STORE_PART, S)                                                                  \
     }
-/* A kernel for tiles of at most R rows of a packed A panel (always 6 wide). */
-#define GEN_MICRO(NAME, R, S)                                                                   \
-    static void NAME##_##R(int64_t kc, const ELEM(S) *restrict a, const ELEM(S) *restrict b,     \
-                           int64_t ldb, ELEM(S) *restrict c, int64_t ldc, int mr, int nr,         \
-                           int accumulate) {                                                      \
-        const int64_t ars = 1;                                                                    \
-        MICRO_BODY(R, S, 6)                                                                       \
-    }
+/* Kernels of 6, 4 and 2 rows over packed panels (6 wide), the entry that picks one, and
+ * the in-place kernel. */
 #define GEN_MICROS(NAME, S)                                                                     \
-    GEN_MICRO(NAME, 6, S) GEN_MICRO(NAME, 4, S) GEN_MICRO(NAME, 2, S)                            \
+    GEN_MICRO(NAME, 6, S, 6) GEN_MICRO(NAME, 4, S, 6) GEN_MICRO(NAME, 2, S, 6)                   \
     static void NAME(int64_t kc, const ELEM(S) *a, const ELEM(S) *b, int64_t ldb, ELEM(S) *c,     \
                      int64_t ldc, int mr, int nr, int acc) {                                      \
         if (mr > 4) NAME##_6(kc, a, b, ldb, c, ldc, mr, nr, acc);                                 \
         else if (mr > 2) NAME##_4(kc, a, b, ldb, c, ldc, mr, nr, acc);                            \
         else NAME##_2(kc, a, b, ldb, c, ldc, mr, nr, acc);                                        \
     }                                                                                             \
-    /* Tiles of all 6 rows, A read in place from rows ars apart. */                          \
-    static void NAME##_rows(int64_t kc, const ELEM(S) *restrict a, int64_t ars,                  \
-                            const ELEM(S) *restrict b, int64_t ldb, ELEM(S) *restrict c,          \
-                            int64_t ldc, int nr, int accumulate) {                                \
-        const int mr = 6;                                                                         \
-        MICRO_BODY(6, S, 1)                                                                       \
-    }
+    GEN_MICRO_ROWS(NAME, 6, S)
 
 GEN_MICROS(micro_f32, ps)
 GEN_MICROS(micro_f64, pd)
