@@ -97,11 +97,12 @@ def test_the_family_comes_from_the_config(tmp_path):
     assert causal_lm.family(TINY) is GPT2LMHeadModel
     assert causal_lm.family(fixtures / "tiny_qwen3") is LlamaForCausalLM
     assert isinstance(causal_lm.from_pretrained(fixtures / "tiny_phi3"), LlamaForCausalLM)
-    folder = tmp_path / "t5"
+    folder = tmp_path / "bart"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    with pytest.raises(ValueError, match=r"model_type 't5' is not a supported causal language model "
-                                         r"\(supported: llama, mistral, qwen2, qwen3, phi3, gpt2, falcon\)"):
+    (folder / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    with pytest.raises(ValueError, match=r"model_type 'bart' is not a supported causal language model "
+                                         r"\(supported: llama, mistral, qwen2, qwen3, phi3, gpt2, falcon; "
+                                         r"text to text: t5\)"):
         causal_lm.family(folder)
     (folder / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
     assert causal_lm.family(folder) is GPT2LMHeadModel
