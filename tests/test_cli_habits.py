@@ -56,6 +56,8 @@ def test_every_distribution_has_its_version(dist):
     (["embed", "--model", "/nowhere/model", "hi"], 1, "candle embed", "'/nowhere/model' is not a file"),
     (["generate", "--model", "/nowhere/model", "hi"], 1, "candle generate", "'/nowhere/model' is not a file"),
     (["quantize", "/nowhere/model", "out.gguf", "--type", "q8_0"], 1, "candle quantize", "is not a file"),
+    (["classify", "x.png"], 2, "candle classify", "the following arguments are required: --model"),
+    (["classify", "--model", "/nowhere/model", "x.png"], 1, "candle classify", "'/nowhere/model' is not a file"),
 ])
 def test_every_error_is_one_line_with_one_prefix(capsys, argv, status, prefix, message):
     code, out, err = run(capsys, *argv)
