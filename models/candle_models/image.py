@@ -138,6 +138,7 @@ def read_image(path: str | os.PathLike) -> np.ndarray:
     """An image file (PNG, JPEG and every format Pillow reads) as (H, W, 3) uint8 RGB pixels."""
     try:
         from PIL import Image, UnidentifiedImageError
+        from PIL.Image import DecompressionBombError
     except ImportError:
         raise ImportError("reading image files needs Pillow: pip install 'candle-models[vision]' "
                           "(or pass the pixels as a uint8 array)") from None
@@ -146,7 +147,7 @@ def read_image(path: str | os.PathLike) -> np.ndarray:
             return np.asarray(img.convert("RGB"))
     except FileNotFoundError:
         raise
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:  # Pillow's ways of saying "broken"
+    except (UnidentifiedImageError, DecompressionBombError, OSError, ValueError, SyntaxError) as exc:  # "broken"
         raise FormatError(Path(path), None, f"not an image Pillow can read: {exc}") from None
 
 

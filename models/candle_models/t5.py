@@ -71,6 +71,8 @@ class T5Config:
         try:
             layers = cfg["num_layers"]
             buckets, distance = cfg.get("relative_attention_num_buckets", 32), cfg.get("relative_attention_max_distance", 128)
+            if buckets < 4:  # a quarter of them are the encoder's exact ones in each direction
+                raise ValueError(f"relative_attention_num_buckets must be at least 4, got {buckets}")
             if distance <= buckets // 2:  # the decoder's logarithmic buckets would span no distance
                 raise ValueError(f"relative_attention_max_distance ({distance}) must exceed half the "
                                  f"relative_attention_num_buckets ({buckets})")

@@ -62,6 +62,8 @@ class ViTConfig:
         for name in ("image_size", "patch_size"):
             if not isinstance(getattr(cfg, name), int):
                 raise ValueError(f"{name} {getattr(cfg, name)!r} is not supported (only square sizes, one integer)")
+        if not 1 <= cfg.patch_size <= cfg.image_size:
+            raise ValueError(f"patch_size {cfg.patch_size} must be from 1 to image_size ({cfg.image_size})")
         if cfg.hidden_size % cfg.num_attention_heads:
             raise ValueError(f"hidden_size {cfg.hidden_size} does not divide into {cfg.num_attention_heads} heads")
         activation(cfg.hidden_act)

@@ -167,6 +167,7 @@ def test_tokenizer_matches_transformers():
     ({"feed_forward_proj": "gated-gelu-new"}, "feed_forward_proj 'gated-gelu-new'"),
     ({"feed_forward_proj": "swiglu"}, "unsupported activation 'swiglu'"),
     ({"relative_attention_num_buckets": 32, "relative_attention_max_distance": 16}, "must exceed half"),
+    ({"relative_attention_num_buckets": 2}, "at least 4"),
     ({"d_model": None}, "no 'd_model'"),
 ])
 def test_bad_configs_are_named(change, message):

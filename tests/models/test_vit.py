@@ -10,6 +10,8 @@ runs on arrays."""
 from __future__ import annotations
 
 import json
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +119,8 @@ def test_processor_refuses_what_it_does_not_do():
     ({"image_size": [32, 48]}, "only square sizes"),
     ({"hidden_act": "swiglu"}, "unsupported activation"),
     ({"num_attention_heads": 5}, "does not divide"),
+    ({"patch_size": 0}, "patch_size 0 must be from 1"),
+    ({"patch_size": 64}, "patch_size 64 must be from 1 to image_size"),
 ])
 def test_bad_configs_are_named(change, message):
     cfg = json.loads((TINY / "config.json").read_text())
@@ -151,6 +155,13 @@ def test_unreadable_images_are_named(tmp_path):
         read_image(bad)
     with pytest.raises(FileNotFoundError):
         read_image(tmp_path / "missing.jpg")
+    huge = tmp_path / "huge.png"  # a PNG header that asks for 40000 x 40000 pixels: a decompression bomb
+    chunks = [(b"IHDR", struct.pack(">IIBBBBB", 40000, 40000, 8, 2, 0, 0, 0)), (b"IDAT", zlib.compress(b"")),
+              (b"IEND", b"")]
+    huge.write_bytes(b"\x89PNG\r\n\x1a\n" + b"".join(
+        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data)) for kind, data in chunks))
+    with pytest.raises(FormatError, match="decompression bomb"):
+        read_image(huge)
 
 
 def test_reading_files_without_pillow_says_what_to_install(monkeypatch):
