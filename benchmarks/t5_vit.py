@@ -84,7 +84,10 @@ def vit_checkpoint(folder: Path) -> Path:
 
 
 def t5_checkpoint(folder: Path) -> Path:
-    return write_checkpoint(folder, T5_CONFIG, lambda vb, _: T5ForConditionalGeneration(T5Config.from_dict(T5_CONFIG), vb))
+    def build(vb, _):
+        T5ForConditionalGeneration(T5Config.from_dict(T5_CONFIG), vb)
+
+    return write_checkpoint(folder, T5_CONFIG, build)
 
 
 def vit_images_per_second(folder: Path, threads: int) -> dict:

@@ -70,7 +70,8 @@ class T5Config:
         activation(act)
         try:
             layers = cfg["num_layers"]
-            buckets, distance = cfg.get("relative_attention_num_buckets", 32), cfg.get("relative_attention_max_distance", 128)
+            buckets = cfg.get("relative_attention_num_buckets", 32)
+            distance = cfg.get("relative_attention_max_distance", 128)
             if buckets < 4:  # a quarter of them are the encoder's exact ones in each direction
                 raise ValueError(f"relative_attention_num_buckets must be at least 4, got {buckets}")
             if distance <= buckets // 2:  # the decoder's logarithmic buckets would span no distance
@@ -140,7 +141,8 @@ class RelativeBias(nn.Module):
         self.table_t = nn.Parameter(vb.get((config.relative_attention_num_buckets, config.num_heads),
                                            "weight").t().contiguous())
         self.bidirectional = bidirectional
-        self.num_buckets, self.max_distance = config.relative_attention_num_buckets, config.relative_attention_max_distance
+        self.num_buckets = config.relative_attention_num_buckets
+        self.max_distance = config.relative_attention_max_distance
 
     def forward(self, start: int, queries: int, keys: int) -> c.Tensor:
         relative = np.arange(keys)[None, :] - np.arange(start, start + queries)[:, None]
@@ -149,18 +151,15 @@ class RelativeBias(nn.Module):
         return self.table_t.index_select(ids, 1).reshape(1, -1, queries, keys)
 
 
-def additive_key_mask(attention_mask, batch: int, length: int, dtype, device) -> c.Tensor | None:
-    """The attention mask (batch, length), nonzero for real tokens, as (batch, 1, 1, length) scores of 0
-    and -inf to add; None when nothing is masked."""
+def kept_keys(attention_mask, batch: int, length: int) -> np.ndarray | None:
+    """The attention mask (batch, length), nonzero for real tokens, as a bool (batch, 1, 1, length) array
+    of the keys to attend to; None when nothing is masked."""
     if attention_mask is None:
         return None
     mask = attention_mask.numpy() if isinstance(attention_mask, c.Tensor) else np.asarray(attention_mask)
     if mask.shape != (batch, length):
         raise ShapeError(f"attention_mask has shape {mask.shape}, the input ids {(batch, length)}")
-    if mask.all():
-        return None
-    scores = np.where(mask != 0, 0.0, -np.inf).astype(np.float32).reshape(batch, 1, 1, length)
-    return c.from_numpy(scores).to_dtype(dtype).to_device(device)
+    return None if mask.all() else (mask != 0).reshape(batch, 1, 1, length)
 
 
 def causal_scores(start: int, queries: int, keys: int, dtype, device) -> c.Tensor:
@@ -276,9 +275,10 @@ class T5Stack(nn.Module):
     def encode(self, x: c.Tensor, attention_mask=None) -> c.Tensor:
         b, s, _ = x.shape
         scores = self.bias(0, s, s)
-        mask = additive_key_mask(attention_mask, b, s, x.dtype, x.device)
-        if mask is not None:
-            scores = scores + mask
+        keep = kept_keys(attention_mask, b, s)
+        if keep is not None:  # padding: -inf added to its keys' scores
+            padding = np.where(keep, 0.0, -np.inf).astype(np.float32)
+            scores = scores + c.from_numpy(padding).to_dtype(x.dtype).to_device(x.device)
         for block in self.block:
             x = block(x, scores)
         return self.final_layer_norm(x)
@@ -334,7 +334,8 @@ class _Pretrained:
         _, cfg, vb = load_folder(repo_or_path, dtype or "f32", device, revision)
         config = T5Config.from_dict(cfg)
         if progress is not None:
-            progress.total = config.num_layers + (config.num_decoder_layers if cls is T5ForConditionalGeneration else 0)
+            decoder = config.num_decoder_layers if cls is T5ForConditionalGeneration else 0
+            progress.total = config.num_layers + decoder
         with c.no_grad():
             return cls(config, vb, progress).eval()
 
@@ -400,13 +401,8 @@ class T5ForConditionalGeneration(_Pretrained, nn.Module):
         """A decoder cache for the encoded inputs: the cross-attention keys and values of every layer
         are computed here, once."""
         b, s, _ = encoder_hidden.shape
-        mask = None
-        if attention_mask is not None:
-            keep = np.asarray(attention_mask.numpy() if isinstance(attention_mask, c.Tensor) else attention_mask)
-            if keep.shape != (b, s):
-                raise ShapeError(f"attention_mask has shape {keep.shape}, the encoder's states {(b, s)}")
-            if not keep.all():
-                mask = c.from_numpy((keep != 0).astype(np.uint8).reshape(b, 1, 1, s)).to_device(self.device)
+        keep = kept_keys(attention_mask, b, s)
+        mask = None if keep is None else c.from_numpy(keep.astype(np.uint8)).to_device(self.device)
         cross = [block.cross_attn.keys_values(encoder_hidden) for block in self.decoder.block]
         return T5Cache(KVCache(self.config, b, capacity, self.dtype, self.device), cross, mask)
 

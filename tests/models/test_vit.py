@@ -158,8 +158,9 @@ def test_unreadable_images_are_named(tmp_path):
     huge = tmp_path / "huge.png"  # a PNG header that asks for 40000 x 40000 pixels: a decompression bomb
     chunks = [(b"IHDR", struct.pack(">IIBBBBB", 40000, 40000, 8, 2, 0, 0, 0)), (b"IDAT", zlib.compress(b"")),
               (b"IEND", b"")]
-    huge.write_bytes(b"\x89PNG\r\n\x1a\n" + b"".join(
-        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data)) for kind, data in chunks))
+    body = [struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+            for kind, data in chunks]
+    huge.write_bytes(b"\x89PNG\r\n\x1a\n" + b"".join(body))
     with pytest.raises(FormatError, match="decompression bomb"):
         read_image(huge)
 
