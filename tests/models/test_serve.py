@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -296,6 +297,14 @@ def test_binding_beyond_loopback_needs_a_key():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and out.stderr.count("\n") == 1
     assert "refusing to listen on 0.0.0.0 without an API key" in out.stderr and "--insecure" in out.stderr
+
+
+def test_an_encoder_decoder_is_refused_in_one_line():
+    t5 = Path(__file__).parent / "fixtures" / "tiny_t5"
+    out = subprocess.run([sys.executable, "-m", "candle_api.cli", "serve", "--port", "0", "--model", str(t5),
+                          "--embedding-model", "none"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1
+    assert "T5ForConditionalGeneration, an encoder-decoder: candle serve batches causal LMs only" in out.stderr
 
 
 def test_the_api_key_is_required_when_set():
