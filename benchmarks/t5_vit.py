@@ -30,7 +30,7 @@ from pathlib import Path
 
 import harness  # noqa: F401  (before numpy: pins thread pools)
 import numpy as np
-from models import _torch, interleaved_runs
+from models import _torch, interleaved_runs, throughputs
 
 import candle_api as c
 from candle_api import nn
@@ -113,14 +113,7 @@ def vit_images_per_second(folder: Path, threads: int) -> dict:
                     return ref(pixel_values=torch.from_numpy(pixels)).logits.numpy()
 
             variants[f"transformers ({attention})"] = torch_run
-    logits = {name: run() for name, run in variants.items()}  # also warms up
-    times = {name: [t for t, _ in runs] for name, runs in interleaved_runs(variants, VIT_REPS).items()}
-    result = {name: VIT_BATCH / harness.median(t) for name, t in times.items()}
-    result["spread %"] = {name: harness.spread(t) for name, t in times.items()}
-    if torch is not None:
-        result["max |diff|"] = max(float(np.abs(v - logits["candle-api"]).max()) for v in logits.values())
-        result["ratio"] = result["candle-api"] / max(v for k, v in result.items() if k.startswith("transformers"))
-    return result
+    return throughputs(variants, VIT_BATCH, VIT_REPS, "transformers")
 
 
 def t5_decode_tokens_per_second(folder: Path, threads: int) -> dict:
