@@ -52,7 +52,7 @@ def candle_api_backends():
             description="C kernels (libcandle_cpu)",
             details=_details,
             variants=_variants,
-            contract_version=3,  # with the quantized rows and the packed layout
+            contract_version=3,  # with the quantized (2), recurrent layer and packed quantized (3) rows
         )
     ]
 

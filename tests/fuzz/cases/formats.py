@@ -24,8 +24,7 @@ BUILDERS = [safetensors, numpy, gguf, torch, onnx, ctranslate2]
 def loaded_dtype(dtype) -> np.dtype:
     """The numpy dtype of the tensor a stored dtype loads as (docs: candle_formats.safetensors)."""
     dtype = np.dtype(dtype).newbyteorder("=")
-    widened = {np.dtype(np.int8): np.int16, np.dtype(np.uint16): np.uint32, np.dtype(np.uint64): np.int64,
-               np.dtype(np.bool_): np.uint8}
+    widened = {np.dtype(np.int8): np.int16, np.dtype(np.uint16): np.uint32, np.dtype(np.uint64): np.int64}
     if dtype in widened:
         return np.dtype(widened[dtype])
     if dtype.itemsize == 1 and dtype.kind in "fV":  # the float8 types
