@@ -81,12 +81,7 @@ def apply(op: OpDef, *inputs, **params):
         check_writable(op.name, *(inputs[i] for i in op.writes))
         k(*args)
         return None
-    lay = _contig(shape)
-    out = dev.alloc(lay.numel * dtype.itemsize)
-    if lay.numel:
-        k(out, *args)
-    t = _new(Tensor)
-    t._storage = out; t._layout = lay; t._dtype = dtype; t._device = dev; t._node = None  # noqa: E702
+    t = _kernel_output(k, dev, shape, dtype, args)
     for i in inputs:
         if i is not None and i._node is not None:
             if _mode.enabled and dtype.is_float:
@@ -182,6 +177,11 @@ def apply_checked(op: OpDef, key: Tensor, shape: tuple, inputs: tuple, args: tup
     if k is None or observer is not None or (_mode.enabled and any(i is not None and i._node is not None
                                                                    for i in inputs)):
         return apply(op, *inputs, **params)
+    return _kernel_output(k, dev, shape, dtype, args)
+
+
+def _kernel_output(k, dev, shape: tuple, dtype, args: tuple) -> Tensor:
+    """A new contiguous tensor of ``shape`` that kernel ``k`` wrote (``k(out, *args)``; skipped when empty)."""
     lay = _contig(shape)
     out = dev.alloc(lay.numel * dtype.itemsize)
     if lay.numel:
