@@ -181,9 +181,9 @@ def test_stop_texts_cancellation_and_a_full_queue(smollm2_chat):
     model, tokenizer = smollm2_chat
     prompt = tokenizer.encode_chat("What is the capital of France? Answer in one sentence.")
     engine = Engine(model, tokenizer, max_batch=1, max_queue=1)
-    stopped = Generation(prompt, 30, Sampler(0), Collector(), stop_texts=("7",))
+    stopped = Generation(prompt, 30, Sampler(0), Collector(), stop_texts=("Paris",))
     run_engine(engine, [stopped])
-    assert "".join(stopped.emit.text) == "A week is approximately " and stopped.emit.end == "stop"
+    assert "".join(stopped.emit.text) == "The capital of France is " and stopped.emit.end == "stop"
 
     engine = Engine(model, tokenizer, max_batch=1, max_queue=1)
     long, waiting = Generation(prompt, 10_000, Sampler(0), Collector()), Generation(prompt, 3, Sampler(0), Collector())
