@@ -1,0 +1,31 @@
+"""The kernel table of the cuda device: every required row of the contract
+(candle_api/contract/table.py) up to the version this backend implements,
+for every dtype, and the optional rows it has a kernel for; the core runs
+the other optional rows as decompositions (``candle info`` lists which).
+
+Each family module maps a row's name to a maker, ``maker(dtype) -> kernel``
+(or None for a dtype it leaves to the decomposition). A kernel finds its
+device through its output storage and launches on that device's stream.
+"""
+
+from __future__ import annotations
+
+from candle_api.contract import ROWS
+from candle_api.dtype import get_dtype
+
+from .. import CONTRACT_VERSION, DTYPES
+from . import elementwise, memory
+
+MAKERS = {**elementwise.KERNELS, **memory.KERNELS}
+
+
+def build_kernels() -> dict:
+    """{(op, dtype name): kernel}."""
+    table = {}
+    for row in ROWS:
+        if row.since <= CONTRACT_VERSION and row.name in MAKERS:
+            for d in row.dtypes:
+                kernel = MAKERS[row.name](get_dtype(d)) if d in DTYPES else None
+                if kernel is not None:
+                    table[(row.name, d)] = kernel
+    return table
