@@ -103,6 +103,7 @@ class CudaDevice:
         self.errors = ErrorWord(self)
         self.staging = self._pinned(STAGING_BYTES)
         self.copy_lock = threading.Lock()  # one staging buffer
+        self._gemm = None
 
     def make_current(self) -> None:
         if getattr(_current, "ctx", None) != self.ctx:
@@ -114,6 +115,20 @@ class CudaDevice:
         cu.check(self.lib.cuMemHostAlloc(ctypes.byref(ptr), nbytes, cu.MEMHOSTALLOC_PORTABLE),
                  f"{self.name}: cuMemHostAlloc of {nbytes} bytes")
         return ptr.value
+
+    def gemm(self):
+        """The cuBLASLt handle, workspace and plans of this device (made on first use)."""
+        if self._gemm is None:
+            from .cublaslt import Gemm
+
+            with self.copy_lock:
+                if self._gemm is None:
+                    self._gemm = Gemm(self)
+        return self._gemm
+
+    def memset(self, ptr: int, value: int, nbytes: int) -> None:
+        self.make_current()
+        cu.check(self.lib.cuMemsetD8Async(ptr, value, nbytes, self.stream), f"{self.name}: cuMemsetD8Async")
 
     def function(self, stem: str, name: str, signature: str):
         """The kernel ``name`` of csrc/<stem>.cu (see modules.py)."""

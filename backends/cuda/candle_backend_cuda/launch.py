@@ -5,7 +5,8 @@ dims, the grid sized, and the launch's status checked.
 
 A parameter list is a string of type codes, in the order of the kernel's C
 parameters: ``p`` a pointer, ``q`` i64, ``i`` i32, ``d`` f64, ``f`` f32,
-``1`` ``2`` ``3`` a ``Strided<K>`` layout (csrc/common.cuh) of K operands.
+``1`` ``2`` ``3`` a ``Strided<K>`` layout (csrc/common.cuh) of K operands,
+``q[n]`` a struct of n i64.
 tests/test_build.py checks every signature against the parameter sizes nvcc
 recorded in the fatbins.
 """
@@ -13,6 +14,7 @@ recorded in the fatbins.
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
 
 from candle_api.layout import Layout, numel
@@ -35,8 +37,11 @@ def _strided_format(k: int) -> tuple[str, int]:
 def param_struct(signature: str) -> struct.Struct:
     """The struct that packs a parameter list, with the padding the device ABI puts between members."""
     fmt, at = "<", 0
-    for code in signature:
-        part, align = _strided_format(int(code)) if code.isdigit() else _CODES[code]
+    for code in re.findall(r"q\[\d+\]|.", signature):
+        if code.startswith("q["):
+            part, align = f"{code[2:-1]}q", 8
+        else:
+            part, align = _strided_format(int(code)) if code.isdigit() else _CODES[code]
         pad = -at % align
         fmt += "x" * pad + part
         at += pad + struct.calcsize("<" + part)
@@ -117,8 +122,8 @@ class Function:
         size = ctypes.c_size_t(self.struct.size)
         extra = (ctypes.c_void_p * 5)(cu.LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(params),
                                       cu.LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), cu.LAUNCH_PARAM_END)
-        gx, gy, gz = grid if isinstance(grid, tuple) else (grid, 1, 1)
-        bx, by, bz = block if isinstance(block, tuple) else (block, 1, 1)
+        gx, gy, gz = (*grid, 1, 1)[:3] if isinstance(grid, tuple) else (grid, 1, 1)
+        bx, by, bz = (*block, 1, 1)[:3] if isinstance(block, tuple) else (block, 1, 1)
         dev = self.device
         dev.make_current()
         rc = dev.lib.cuLaunchKernel(self.handle, gx, gy, gz, bx, by, bz, shared, dev.stream, None, extra)

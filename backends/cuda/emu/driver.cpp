@@ -9,9 +9,7 @@
 //   CANDLE_CUDA_EMU_DEVICES  number of devices (1)
 //   CANDLE_CUDA_EMU_MEMORY   bytes of memory per device (4 GiB): allocations
 //                            beyond it fail with CUDA_ERROR_OUT_OF_MEMORY
-#include <signal.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -44,10 +42,43 @@ static std::map<std::string, KernelEntry>& registry() {
 void register_kernel(const char* name, KernelEntry entry) { registry()[name] = entry; }
 
 // ---- fibers ------------------------------------------------------------------------------------
+// A context switch: the callee-saved registers, the SSE and x87 control words
+// and the stack pointer (System V x86-64). ucontext's swapcontext would do,
+// but it also saves the signal mask, a system call per switch.
+extern "C" void candle_emu_switch(void** save, void* next);
+asm(R"(
+    .text
+    .globl candle_emu_switch
+    .type candle_emu_switch, @function
+candle_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size candle_emu_switch, .-candle_emu_switch
+)");
+
 const size_t STACK = 256 * 1024;
 
 struct Fiber {
-    ucontext_t ctx;
+    void* sp = nullptr;  // its saved stack pointer while switched out
     dim3 tid;
     int linear = 0;
     bool done = false;
@@ -67,7 +98,7 @@ struct Block {
     Barrier block;
     std::vector<Barrier> warps;
     int live = 0;
-    ucontext_t sched;
+    void* sched = nullptr;  // the scheduler's saved stack pointer
     KernelEntry entry;
     const char* params = nullptr;
     std::vector<char> shared;
@@ -85,7 +116,7 @@ void* dynamic_shared() { return block->shared.data(); }
 static void yield_until(unsigned long long* gen, unsigned long long value) {
     current->wait_gen = gen;
     current->wait_for = value;
-    swapcontext(&current->ctx, &block->sched);
+    candle_emu_switch(&current->sp, block->sched);
 }
 
 // Arrive at a barrier of `expected` fibers: the last to arrive releases the others.
@@ -121,8 +152,8 @@ unsigned long long exchange(unsigned mask, unsigned long long value, int src) {
     return got;
 }
 
-static void fiber_main(int index) {
-    Fiber& f = block->fibers[index];
+[[noreturn]] static void fiber_main() {
+    Fiber& f = *current;
     block->entry.invoke(block->entry.fn, block->params);
     f.done = true;
     --block->live;
@@ -139,7 +170,24 @@ static void fiber_main(int index) {
             ++wb.gen;
         }
     }
-    swapcontext(&f.ctx, &block->sched);
+    candle_emu_switch(&f.sp, block->sched);
+    __builtin_unreachable();  // a finished fiber is never switched back to
+}
+
+// A new fiber's stack, as candle_emu_switch leaves a switched-out one: the saved
+// control words and registers, then fiber_main as the return address (entered as
+// if called: the stack 16-byte aligned below a dummy return address).
+static void* start_stack(char* stack) {
+    uintptr_t top = ((uintptr_t)stack + STACK) & ~(uintptr_t)15;
+    void** sp = (void**)top;
+    *--sp = nullptr;              // fiber_main's own return address: never used
+    *--sp = (void*)&fiber_main;
+    for (int r = 0; r < 6; ++r) *--sp = nullptr;  // rbp rbx r12-r15
+    unsigned words[2];
+    asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(words[0]), "=m"(words[1]));
+    --sp;
+    std::memcpy(sp, words, 8);
+    return sp;
 }
 
 static std::vector<char*> stacks;
@@ -166,11 +214,7 @@ static bool run_block(Block& b, const dim3& bd) {
         f.tid = dim3((unsigned)(i % bd.x), (unsigned)(i / bd.x % bd.y), (unsigned)(i / ((size_t)bd.x * bd.y)));
         f.stack = stack_for(i);
         if (!f.stack) return false;
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack;
-        f.ctx.uc_stack.ss_size = STACK;
-        f.ctx.uc_link = nullptr;
-        makecontext(&f.ctx, (void (*)())fiber_main, 1, (int)i);
+        f.sp = start_stack(f.stack);
     }
     while (b.live > 0) {
         bool progress = false;
@@ -179,7 +223,7 @@ static bool run_block(Block& b, const dim3& bd) {
             if (f.done || (f.wait_gen && *f.wait_gen == f.wait_for)) continue;
             f.wait_gen = nullptr;
             current = &f;
-            swapcontext(&b.sched, &f.ctx);
+            candle_emu_switch(&b.sched, f.sp);
             progress = true;
         }
         if (!progress) return false;

@@ -146,6 +146,12 @@ inline int __float_as_int(float x) { int i; std::memcpy(&i, &x, 4); return i; }
 inline unsigned __float_as_uint(float x) { unsigned i; std::memcpy(&i, &x, 4); return i; }
 inline float __int_as_float(int i) { float x; std::memcpy(&x, &i, 4); return x; }
 inline float __uint_as_float(unsigned i) { float x; std::memcpy(&x, &i, 4); return x; }
+inline double __longlong_as_double(long long i) { double x; std::memcpy(&x, &i, 8); return x; }
+inline long long __double_as_longlong(double x) { long long i; std::memcpy(&i, &x, 8); return i; }
+// Arithmetic rounded on its own (no contraction: g++ in ISO C++ mode contracts nothing).
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 inline int __ffs(int x) { return __builtin_ffs(x); }

@@ -116,6 +116,12 @@ __device__ __forceinline__ i64 thread_count() { return (i64)blockDim.x * gridDim
 
 #define GRID_LOOP(i, n) for (i64 i = thread_index(); i < (n); i += thread_count())
 
+// IEEE infinity and NaN in f32 or f64 (no math.h macros under NVRTC).
+template <typename C> __device__ __forceinline__ C infinity();
+template <> __device__ __forceinline__ float infinity<float>() { return __int_as_float(0x7f800000); }
+template <> __device__ __forceinline__ double infinity<double>() { return __longlong_as_double(0x7ff0000000000000LL); }
+template <typename C> __device__ __forceinline__ C quiet_nan() { return infinity<C>() - infinity<C>(); }
+
 template <typename T> __device__ __forceinline__ T mn(T a, T b) { return b < a ? b : a; }
 template <typename T> __device__ __forceinline__ T mx(T a, T b) { return a < b ? b : a; }
 

@@ -27,11 +27,26 @@ __device__ __forceinline__ C f_sign(C x) {
     return x > C(0) ? C(1) : x < C(0) ? C(-1) : (x == C(0) ? C(0) : x);  // +0 for +-0, NaN stays
 }
 
-// x / 2 * (1 + tanh(y)) = x / (1 + exp(-2y)): no cancellation of 1 + tanh(y) for x < 0
+// gelu (tanh form): x / 2 * (1 + tanh(y)) = x / (1 + exp(-2y)), no cancellation of 1 + tanh(y)
+// for x < 0. The exponential amplifies any rounding of its argument, so f32 carries the
+// argument's rounding error (exact through fma) into a first-order correction.
+__device__ __forceinline__ double f_gelu(double x) {
+    return x / (1.0 + exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)));
+}
+__device__ __forceinline__ float f_gelu(float x) {
+    if (x != x) return x;
+    const float k = 1.5957691216057308f, kc = 1.5957691216057308f * 0.044715f;
+    float xc = fminf(fmaxf(x, -20.0f), 20.0f);
+    float x2 = xc * xc, x2_lo = fmaf(xc, xc, -x2);
+    float t = fmaf(kc, x2_lo, fmaf(kc, x2, k));  // k (1 + 0.044715 x^2)
+    float arg = t * xc, arg_lo = fmaf(t, xc, -arg);
+    return x / (1.0f + expf(-arg) * (1.0f - arg_lo));
+}
+
+// gelu_erf: x / 2 * erfc(-x / sqrt 2), in double (the rounding of -x / sqrt 2 is amplified as above)
 template <typename C>
-__device__ __forceinline__ C f_gelu(C x) {
-    const C k = C(0.7978845608028654);  // sqrt(2 / pi)
-    return x / (C(1) + m_exp(C(-2) * k * (x + C(0.044715) * x * x * x)));
+__device__ __forceinline__ C f_gelu_erf(C x) {
+    return (C)(0.5 * (double)x * erfc(-(double)x * 0.7071067811865476));
 }
 
 template <typename C>
@@ -66,7 +81,7 @@ __device__ C unary_float(int op, C x) {
         case UNARY_atanh: return m_atanh(x);
         case UNARY_erf: return m_erf(x);
         case UNARY_gelu: return f_gelu(x);
-        case UNARY_gelu_erf: return x / C(2) * m_erfc(-x * C(0.7071067811865476));
+        case UNARY_gelu_erf: return f_gelu_erf(x);
         case UNARY_rsqrt: return C(1) / m_sqrt(x);
         case UNARY_sigmoid: return C(1) / (C(1) + m_exp(-x));
         case UNARY_silu: return x / (C(1) + m_exp(-x));

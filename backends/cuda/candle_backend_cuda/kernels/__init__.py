@@ -14,9 +14,10 @@ from candle_api.contract import ROWS
 from candle_api.dtype import get_dtype
 
 from .. import CONTRACT_VERSION, DTYPES
-from . import elementwise, memory
+from . import elementwise, fused, image, index, matmul, memory, quantized, reduce
 
-MAKERS = {**elementwise.KERNELS, **memory.KERNELS}
+MAKERS = {**elementwise.KERNELS, **memory.KERNELS, **reduce.KERNELS, **matmul.KERNELS, **index.KERNELS,
+          **image.KERNELS, **fused.KERNELS, **quantized.KERNELS}
 
 
 def build_kernels() -> dict:
