@@ -43,6 +43,8 @@ NVCC_FLAGS = [
     # correctly rounded f32 arithmetic (no --use_fast_math).
     "-ftz=false", "-prec-div=true", "-prec-sqrt=true",
     "-Wno-deprecated-gpu-targets",
+    # compressed fatbins (the driver decompresses them at load): about a third of the size in the wheel
+    "-Xfatbin=-compress-all",
 ]
 
 

@@ -130,9 +130,9 @@ class CudaDevice:
         self.make_current()
         cu.check(self.lib.cuMemsetD8Async(ptr, value, nbytes, self.stream), f"{self.name}: cuMemsetD8Async")
 
-    def function(self, stem: str, name: str, signature: str):
+    def function(self, stem: str, name: str):
         """The kernel ``name`` of csrc/<stem>.cu (see modules.py)."""
-        return self.modules.function(stem, name, signature)
+        return self.modules.function(stem, name)
 
     # ---- memory ----------------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> CudaStorage:

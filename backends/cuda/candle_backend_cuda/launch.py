@@ -34,18 +34,26 @@ def _strided_format(k: int) -> tuple[str, int]:
     return f"{MAXD * (1 + k)}qi4x", 8
 
 
-def param_struct(signature: str) -> struct.Struct:
-    """The struct that packs a parameter list, with the padding the device ABI puts between members."""
-    fmt, at = "<", 0
+def param_layout(signature: str) -> tuple[str, list[tuple[int, int]]]:
+    """(struct format, [(offset, size) of each C parameter]): the device ABI's layout of a
+    parameter list, each member at its natural alignment."""
+    fmt, at, members = "<", 0, []
     for code in re.findall(r"q\[\d+\]|.", signature):
         if code.startswith("q["):
             part, align = f"{code[2:-1]}q", 8
         else:
             part, align = _strided_format(int(code)) if code.isdigit() else _CODES[code]
         pad = -at % align
+        size = struct.calcsize("<" + part)
         fmt += "x" * pad + part
-        at += pad + struct.calcsize("<" + part)
-    return struct.Struct(fmt + "x" * (-at % 8))
+        members.append((at + pad, size))
+        at += pad + size
+    return fmt + "x" * (-at % 8), members
+
+
+def param_struct(signature: str) -> struct.Struct:
+    """The struct that packs a parameter list (see param_layout)."""
+    return struct.Struct(param_layout(signature)[0])
 
 
 def strided(shape: tuple, *strides: tuple) -> list[int]:

@@ -90,8 +90,9 @@ def candidates(spec: LibSpec, env=None, sites: list[str] | None = None) -> list[
     if env.get(spec.env):
         return [(env[spec.env], spec.env)]
     if not spec.driver:
-        for root in site_dirs() if sites is None else sites:
-            for rel in spec.wheel_dirs:
+        roots = site_dirs() if sites is None else sites
+        for rel in spec.wheel_dirs:  # the CUDA 13 layout in every site-packages first, as cuda-pathfinder
+            for root in roots:
                 for soname in spec.sonames:
                     out.append((str(Path(root, rel, soname)), f"site-packages ({root})"))
         if env.get("CONDA_PREFIX"):
@@ -129,13 +130,14 @@ def load(name: str) -> Found:
         return _loaded[name]
 
 
-def _search(spec: LibSpec) -> Found:
+def _search(spec: LibSpec, cands: list[tuple[str, str]] | None = None) -> Found:
+    """The first of cands (default: candidates(spec)) that loads, after a copy already loaded."""
     if not os.environ.get(spec.env):
         lib = already_loaded(spec)
         if lib is not None:
             return Found(lib, lib._name, "already loaded in this process")
     tried = []
-    for path, via in candidates(spec):
+    for path, via in candidates(spec) if cands is None else cands:
         is_file = "/" in path
         if is_file and not os.path.isfile(path):
             tried.append(path)

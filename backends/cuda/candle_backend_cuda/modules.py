@@ -24,6 +24,7 @@ from pathlib import Path
 from candle_api.errors import BackendUnavailableError, DeviceError
 
 from . import driver as cu
+from .kernels.signatures import signature
 from .launch import Function
 
 FATBIN_DIR = Path(__file__).resolve().parent / "fatbin"
@@ -71,7 +72,8 @@ class Modules:
         self.lock = threading.Lock()
         self.source = ""
 
-    def function(self, stem: str, name: str, signature: str) -> Function:
+    def function(self, stem: str, name: str) -> Function:
+        """The kernel, with its signature from kernels/signatures.py."""
         fn = self.functions.get(name)
         if fn is None:
             with self.lock:
@@ -82,7 +84,7 @@ class Modules:
                     dev.make_current()
                     rc = dev.lib.cuModuleGetFunction(ctypes.byref(handle), self._module(stem), name.encode())
                     cu.check(rc, f"{dev.name}: kernel {name} in module {stem}")
-                    fn = self.functions[name] = Function(dev, name, handle, signature)
+                    fn = self.functions[name] = Function(dev, name, handle, signature(stem, name))
         return fn
 
     def _module(self, stem: str):

@@ -27,7 +27,7 @@ def unary(op: str, dtype):
 
     def kernel(out, x, lx):
         dev = out.device
-        fn = dev.function(MODULE, name, "ppqi1")
+        fn = dev.function(MODULE, name)
         base = address(x, lx, isz)
         for offs, start, n, lay in views([lx]):
             fn.launch(grid(dev, n), THREADS, out.ptr + start * isz, base + offs[0] * isz, n, code, *lay)
@@ -70,7 +70,7 @@ def param(op: str, dtype):
 
     def kernel(out, x, lx, p0, p1):
         dev = out.device
-        fn = dev.function(MODULE, name, "ppqiddqqi1")
+        fn = dev.function(MODULE, name)
         q0, q1, whole = (0, 0, 0) if dtype.is_float else integer_params(op, dtype, p0, p1)
         base = address(x, lx, isz)
         for offs, start, n, lay in views([lx]):
@@ -95,7 +95,7 @@ def binary(op: str, dtype):
 
     def kernel(out, a, la, b, lb):
         dev = out.device
-        fn = dev.function(MODULE, name, "pppqip2")
+        fn = dev.function(MODULE, name)
         if checked:
             dev.errors.run(lambda err: _two_inputs(fn, dev, out.ptr, isz, a, la, b, lb, isz, code, err))
         else:
@@ -110,7 +110,7 @@ def compare(op: str, dtype):
 
     def kernel(out, a, la, b, lb):
         dev = out.device
-        _two_inputs(dev.function(MODULE, name, "pppqi2"), dev, out.ptr, 1, a, la, b, lb, isz, code)
+        _two_inputs(dev.function(MODULE, name), dev, out.ptr, 1, a, la, b, lb, isz, code)
 
     return kernel
 
@@ -122,7 +122,7 @@ def where(dtype):
 
     def kernel(out, c, lc, t, lt, f, lf):
         dev = out.device
-        fn = dev.function(MODULE, name, "ppppq3")
+        fn = dev.function(MODULE, name)
         pc, pt, pf = address(c, lc, 1), address(t, lt, isz), address(f, lf, isz)
         for offs, start, n, lay in views([lc, lt, lf]):
             fn.launch(grid(dev, n), THREADS, out.ptr + start * isz, pc + offs[0], pt + offs[1] * isz,
@@ -137,7 +137,7 @@ def cast(dtype):
 
     def kernel(out, x, lx, dst):
         dev = out.device
-        fn = dev.function(MODULE, name, "ppqi1")
+        fn = dev.function(MODULE, name)
         base = address(x, lx, isz)
         for offs, start, n, lay in views([lx]):
             fn.launch(grid(dev, n), THREADS, out.ptr + start * dst.itemsize, base + offs[0] * isz, n, dst.code, *lay)

@@ -38,7 +38,7 @@ def softmax(log: int, dtype):
         dev = out.device
         x, lx, shape, st = _rows(dev, x, lx, dtype)
         d, n_rows = lx.shape[-1], numel(lx.shape[:-1])
-        dev.function("fused", f"softmax_{dtype}", "ppqqqi1").launch(
+        dev.function("fused", f"softmax_{dtype}").launch(
             min(n_rows, 64 * dev.gpu.sms), _block(d), out.ptr, address(x, lx, isz), n_rows, d, lx.strides[-1], log,
             *strided(shape, st))
 
@@ -58,7 +58,7 @@ def norm(rms: int, dtype):
             b_ptr = address(b, lb, isz) if b is not None else 0
         x, lx, shape, st = _rows(dev, x, lx, dtype)
         d, n_rows = lx.shape[-1], numel(lx.shape[:-1])
-        dev.function("fused", f"norm_{dtype}", "ppppqqqdi1").launch(
+        dev.function("fused", f"norm_{dtype}").launch(
             min(n_rows, 64 * dev.gpu.sms), _block(d), out.ptr, address(x, lx, isz), address(w, lw, isz), b_ptr,
             n_rows, d, lx.strides[-1], float(eps), rms, *strided(shape, st))
 
@@ -73,7 +73,7 @@ def rope(interleaved: int, dtype):
         dev = out.device
         b, h, t, d = lx.shape
         n = b * h * t * (d // 2)
-        dev.function("fused", f"rope_{dtype}", "ppppqqqqqqqqii").launch(
+        dev.function("fused", f"rope_{dtype}").launch(
             max(1, min(-(-n // 256), 32 * dev.gpu.sms)), 256, out.ptr, address(x, lx, isz),
             address(cos, lcos, isz), address(sin, lsin, isz), b, h, t, d, *lx.strides, interleaved,
             int(len(lcos.shape) == 3))
@@ -105,7 +105,7 @@ def sdpa(dtype):
         warps_needed = -(-rows // ATTENTION_WARPS)
         row_strides = (lq.strides[-2], lq.strides[-1], lk.strides[-2], lk.strides[-1], lv.strides[-2],
                        lv.strides[-1], mst[-2], mst[-1])
-        dev.function("attention", f"attention_{dtype}", "pppppqqqqqiidq[8]4").launch(
+        dev.function("attention", f"attention_{dtype}").launch(
             max(1, min(warps_needed, 64 * dev.gpu.sms)), 32 * ATTENTION_WARPS, out.ptr, address(q, lq, isz),
             address(k, lk, isz), address(v, lv, isz), m_ptr, rows, length, s, e, ev, mask_kind, int(causal),
             float(scale), *row_strides, *strided(bshape, *bst))

@@ -18,7 +18,7 @@ def conv(name: str, dtype):
         dev = out.device
         p = list(params)
         n = p[0] * p[4] * p[14] * p[15]  # b * c_out * oh * ow
-        dev.function(MODULE, f"{name}_{dtype}", "pppq[26]").launch(
+        dev.function(MODULE, f"{name}_{dtype}").launch(
             grid(dev, n), THREADS, out.ptr, address(x, lx, isz), address(w, lw, isz), *p, *lx.strides, *lw.strides)
 
     return kernel
@@ -32,7 +32,7 @@ def pool(mode: int, dtype):
         dev = out.device
         q = list(params)
         n = q[0] * q[1] * q[12] * q[13]
-        dev.function(MODULE, f"pool2d_{dtype}", "ppiq[19]").launch(
+        dev.function(MODULE, f"pool2d_{dtype}").launch(
             grid(dev, n), THREADS, out.ptr, address(x, lx, isz), mode, *q, *lx.strides)
 
     return kernel
@@ -49,7 +49,7 @@ def upsample(bilinear: bool, dtype):
         mode = (2 if align_corners else 1) if bilinear else 0
         b, c, h, w = lx.shape
         n = b * c * out_h * out_w
-        dev.function(MODULE, f"upsample2d_{dtype}", "ppiq[10]").launch(
+        dev.function(MODULE, f"upsample2d_{dtype}").launch(
             grid(dev, n), THREADS, out.ptr, address(x, lx, isz), mode, b, c, h, w, out_h, out_w, *lx.strides)
 
     return kernel

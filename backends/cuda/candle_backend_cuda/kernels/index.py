@@ -42,7 +42,7 @@ def checked_ids(op: str, ids, lids: Layout, id_dtype, size: int):
         out, _ = dev.from_numpy(values, copy=True)
         return out
     out = dev.alloc(8 * n)
-    fn = dev.function(MODULE, "ids_check", "ppiqqp1")
+    fn = dev.function(MODULE, "ids_check")
     base = address(ids, lids, id_dtype.itemsize)
 
     def launch(err):
@@ -89,7 +89,7 @@ def index_select(dtype):
             xst = (*lx.strides[:dim], 0, *lx.strides[dim + 1:])
             mshape, (mst,), mdim = _around(shape, [xst], dim)
         n = numel(shape)
-        dev.function(MODULE, f"select_{8 * isz}", "pppqqi1").launch(
+        dev.function(MODULE, f"select_{8 * isz}").launch(
             grid(dev, n), THREADS, out.ptr, address(x, lx, isz), cids.ptr, n, lx.strides[dim], mdim,
             *strided(mshape, mst))
 
@@ -109,7 +109,7 @@ def gather(dtype):
             x, lx = contiguous(x, lx, dtype), Layout.contig(lx.shape)
             shape, (mst,) = merge(lids.shape, [tuple(0 if d == dim else s for d, s in enumerate(lx.strides))])
         n = lids.numel
-        dev.function(MODULE, f"select_{8 * isz}", "pppqqi1").launch(
+        dev.function(MODULE, f"select_{8 * isz}").launch(
             grid(dev, n), THREADS, out.ptr, address(x, lx, isz), cids.ptr, n, lx.strides[dim], -1,
             *strided(shape, mst))
 
@@ -156,7 +156,7 @@ def _fibers(dev, dtype, out, out_shape: tuple, src, lsrc: Layout, cids, shape: t
         src, lsrc = contiguous(src, lsrc, dtype), Layout.contig(lsrc.shape)
         return _fibers(dev, dtype, out, out_shape, src, lsrc, cids, shape, id_strides, dim, accumulate)
     n_fib = numel(fs)
-    dev.function(MODULE, f"scatter_{dtype}", "pppqqqqqi3").launch(
+    dev.function(MODULE, f"scatter_{dtype}").launch(
         grid(dev, n_fib), THREADS, out.ptr, address(src, lsrc, isz), cids.ptr, n_fib, shape[dim], ostrides[dim],
         lsrc.strides[dim], id_strides[dim], accumulate, *strided(fs, fo, fsrc, fid))
 

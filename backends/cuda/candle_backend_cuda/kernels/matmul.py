@@ -43,7 +43,7 @@ def _kernel_gemm(dev, dtype, out, a, la, b, lb) -> None:
         a, la = contiguous(a, la, dtype), Layout.contig(la.shape)
         b, lb = contiguous(b, lb, dtype), Layout.contig(lb.shape)
         shape, sa, sb, so = _batch(la, lb)
-    fn = dev.function(MODULE, f"matmul_{dtype}", "pppqqqqqqqq2")
+    fn = dev.function(MODULE, f"matmul_{dtype}")
     nbatch = numel(shape)
     gx, gy = -(-n // TILE), -(-m // TILE)
     fn.launch((gx, gy, max(1, min(nbatch, MAX_GRID_Z))), (TILE, TILE), out.ptr, address(a, la, isz),

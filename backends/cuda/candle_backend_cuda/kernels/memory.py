@@ -25,7 +25,7 @@ def strided_copy(dst, ldst: Layout, src, lsrc: Layout, isz: int) -> None:
     dst.host = None  # written in place: a host copy of its upload is stale
     if _overlap(dst, ldst, src, lsrc, isz):  # read everything before anything is written
         src, lsrc = contiguous_bits(src, lsrc, isz), Layout.contig(lsrc.shape)
-    fn = dev.function(MODULE, f"copy_{8 * isz}", "ppq2")
+    fn = dev.function(MODULE, f"copy_{8 * isz}")
     pd, ps = address(dst, ldst, isz), address(src, lsrc, isz)
     for offs, _start, n, lay in views([ldst, lsrc]):
         fn.launch(grid(dev, n), THREADS, pd + offs[0] * isz, ps + offs[1] * isz, n, *lay)
@@ -48,7 +48,7 @@ def fill_kernel(dtype):
     def kernel(dst, ldst, value):
         dev = dst.device
         dst.host = None
-        fn = dev.function(MODULE, f"fill_{8 * isz}", "pqq1")
+        fn = dev.function(MODULE, f"fill_{8 * isz}")
         bits = int.from_bytes(bytes(value), "little")
         bits = bits - (1 << 64) if bits >= 1 << 63 else bits  # passed as an i64's bits
         base = address(dst, ldst, isz)

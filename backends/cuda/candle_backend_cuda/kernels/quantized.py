@@ -27,7 +27,7 @@ def _type(qtype: int) -> tuple[int, int]:
 
 def _dequantize(dev, out_ptr: int, blocks_ptr: int, n: int, qtype: int) -> None:
     bs, ts = _type(qtype)
-    dev.function(MODULE, "dequantize", "ppqiii").launch(grid(dev, n), THREADS, out_ptr, blocks_ptr, n, qtype, bs, ts)
+    dev.function(MODULE, "dequantize").launch(grid(dev, n), THREADS, out_ptr, blocks_ptr, n, qtype, bs, ts)
 
 
 def dequantize(_dtype):
@@ -56,7 +56,7 @@ def qmatmul(dtype):
             gemm(out, x, Layout((m, k), (k, 1), lx.offset), w, Layout((k, n), (1, k)))
             return
         bs, ts = _type(qtype)
-        dev.function(MODULE, "qmatmul", "pppqqqiii").launch(
+        dev.function(MODULE, "qmatmul").launch(
             (-(-n // WARPS), max(1, min(-(-m // 8), 65535))), 32 * WARPS, out.ptr, x.ptr + 4 * lx.offset, bptr, m,
             n, k, qtype, bs, ts)
 
@@ -72,7 +72,7 @@ def qembedding(_dtype):
         rows = lblocks.numel // (k // bs * ts) if k else 0
         cids = checked_ids("qembedding", ids, lids, ids_dtype, rows)
         n = lids.numel * k
-        dev.function(MODULE, "qembedding", "pppqqiii").launch(
+        dev.function(MODULE, "qembedding").launch(
             grid(dev, n), THREADS, out.ptr, blocks.ptr + lblocks.offset, cids.ptr, lids.numel, k, qtype, bs, ts)
 
     return kernel

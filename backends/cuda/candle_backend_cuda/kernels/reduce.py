@@ -38,7 +38,7 @@ def reduce(op: str, dtype):
         n_out, n_red = numel(ks), numel(rs)
         per_block = n_red >= 64 and ((rst and rst[-1] == 1) or n_out < 4 * dev.gpu.sms)
         blocks = min(n_out, 32 * dev.gpu.sms) if per_block else grid(dev, n_out)
-        dev.function(MODULE, name, "ppqqii11").launch(
+        dev.function(MODULE, name).launch(
             max(blocks, 1), THREADS, out.ptr, address(x, lx, isz), n_out, n_red, code, int(per_block),
             *strided(ks, kst), *strided(rs, rst))
 
@@ -58,7 +58,7 @@ def cumsum(dtype):
         fs, (xs, os_) = merge(tuple(lx.shape[d] for d in other),
                               [tuple(lx.strides[d] for d in other), tuple(ostrides[d] for d in other)])
         n_fib = numel(fs)
-        dev.function(MODULE, name, "ppqqqq2").launch(
+        dev.function(MODULE, name).launch(
             grid(dev, n_fib), THREADS, out.ptr, address(x, lx, isz), n_fib, lx.shape[dim], lx.strides[dim],
             ostrides[dim], *strided(fs, xs, os_))
 
