@@ -51,11 +51,12 @@ def _shared_lib(path):
 
 def test_the_first_library_that_loads_wins(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    _shared_lib(a / "nvidia/cuda_nvrtc/lib/libnvrtc.so.12")  # the CUDA 12 layout in the first site dir
-    _shared_lib(b / "nvidia/cu13/lib/libnvrtc.so.13")        # the CUDA 13 layout in the second: searched first
-    spec = libs.LibSpec("nvrtc_test", ("libnvrtc.so.13", "libnvrtc.so.12"), NVRTC.wheel_dirs, NVRTC.wheel)
+    # names no process has loaded (the real NVRTC may be, which the search would take first)
+    _shared_lib(a / "nvidia/cuda_nvrtc/lib/libcandle-test.so.12")  # the CUDA 12 layout in the first site dir
+    _shared_lib(b / "nvidia/cu13/lib/libcandle-test.so.13")        # the CUDA 13 layout in the second: searched first
+    spec = libs.LibSpec("test", ("libcandle-test.so.13", "libcandle-test.so.12"), NVRTC.wheel_dirs, NVRTC.wheel)
     found = libs._search(spec, libs.candidates(spec, {}, sites=[str(a), str(b)]))
-    assert found.path == str(b / "nvidia/cu13/lib/libnvrtc.so.13")
+    assert found.path == str(b / "nvidia/cu13/lib/libcandle-test.so.13")
     assert found.via == f"site-packages ({b})"
 
 
