@@ -101,14 +101,21 @@ def outer_splits(shape: tuple, strides: list[tuple]):
     outer, inner = shape[:-MAXD], shape[-MAXD:]
     inner_n = numel(inner)
     inner_strides = [s[-MAXD:] for s in strides]
-    for flat in range(numel(outer)):
+    for flat, offs in enumerate(positions(outer, strides)):
+        yield offs, flat * inner_n, inner, inner_strides
+
+
+def positions(shape: tuple, strides: list[tuple]):
+    """Each operand's element offset at every position of shape, in C order (strides may be longer
+    than shape: their leading dims count)."""
+    for flat in range(numel(shape)):
         rest, offs = flat, [0] * len(strides)
-        for d in range(len(outer) - 1, -1, -1):
-            c = rest % outer[d]
-            rest //= outer[d]
+        for d in range(len(shape) - 1, -1, -1):
+            c = rest % shape[d]
+            rest //= shape[d]
             for k, s in enumerate(strides):
                 offs[k] += c * s[d]
-        yield offs, flat * inner_n, inner, inner_strides
+        yield offs
 
 
 def blocks_for(n: int, sms: int, threads: int = THREADS) -> int:

@@ -1,6 +1,7 @@
 """The entry point module: hook implementations only, and cheap to import (the
 driver is loaded, and the GPUs probed, when the device is first asked about)."""
 
+from candle_api.dtype import get_dtype
 from candle_api.hooks import BackendSpec, KernelSet, hookimpl
 
 from . import CONTRACT_VERSION, DTYPES
@@ -53,5 +54,7 @@ def candle_api_kernels(device_type: str):
     if device_type != "cuda":
         return None
     from .kernels import build_kernels
+    from .kernels.matmul import use_cublaslt
 
-    return KernelSet(build_kernels(), description="candle-backend-cuda kernels; GEMM through cuBLASLt")
+    gemm = "cuBLASLt" if use_cublaslt(get_dtype("f32")) else "the plugin's kernel (CANDLE_CUDA_GEMM=kernel)"
+    return KernelSet(build_kernels(), description=f"candle-backend-cuda kernels; float GEMM through {gemm}")

@@ -11,7 +11,7 @@ import os
 
 from candle_api.layout import Layout, numel
 
-from ..launch import MAXD, address, merge, strided
+from ..launch import MAXD, address, merge, positions, strided
 from .memory import contiguous
 
 MODULE = "matmul"
@@ -71,21 +71,9 @@ def _cublaslt_gemm(dev, dtype, out, a, la, b, lb) -> None:
     inner = shape[-1] if shape else 1
     outer_shape = shape[:-1]
     strides = [sa[:-1], sb[:-1], so[:-1]]
-    for offs in _positions(outer_shape, strides):
+    for offs in positions(outer_shape, strides):
         gemm.run(str(dtype), out.ptr + offs[2] * isz, pa + offs[0] * isz, a_op, pb + offs[1] * isz, b_op, m, n, k,
                  inner, sa[-1] if shape else 0, sb[-1] if shape else 0)
-
-
-def _positions(shape: tuple, strides: list[tuple]):
-    """The element offsets of each operand at every position of shape."""
-    for flat in range(numel(shape)):
-        rest, offs = flat, [0] * len(strides)
-        for d in range(len(shape) - 1, -1, -1):
-            c = rest % shape[d]
-            rest //= shape[d]
-            for j, s in enumerate(strides):
-                offs[j] += c * s[d]
-        yield offs
 
 
 def matmul(dtype):
