@@ -54,6 +54,10 @@ OP_N, OP_T = 0, 1
 WORKSPACE_BYTES = 32 << 20
 
 
+class NoAlgorithm(KernelError):
+    """cuBLASLt has no algorithm for a layout (matmul.py then runs the plugin's own kernel)."""
+
+
 class HeuristicResult(ctypes.Structure):
     """cublasLtMatmulHeuristicResult_t."""
 
@@ -165,7 +169,7 @@ class Plan:
                                                      self.layout_d, pref, 1, ctypes.byref(result), ctypes.byref(count)),
                   "heuristic")
             if count.value < 1:
-                raise KernelError("cuBLASLt found no algorithm for this matrix product")
+                raise NoAlgorithm("cuBLASLt found no algorithm for this matrix product")
             return result, result.workspaceSize
         finally:
             lib.cublasLtMatmulPreferenceDestroy(pref)

@@ -107,3 +107,16 @@ def test_nvrtc_compiles_a_source_for_an_architecture_the_fatbins_lack(tmp_path, 
         assert members == param_layout(SIGNATURES["memory"][family(kernel)])[1]
     assert nvrtc.compile_cubin("memory", arch) == cubin  # from the cache
     assert len(list((tmp_path / "cache").glob("memory-sm_*.cubin"))) == 1
+
+
+@pytest.mark.skipif(os.environ.get("CANDLE_CUDA_NVRTC_ALL") != "1",
+                    reason="NVRTC over every source takes minutes: set CANDLE_CUDA_NVRTC_ALL=1")
+@pytest.mark.parametrize("module", sorted(SIGNATURES))
+def test_nvrtc_compiles_every_source(module, tmp_path, monkeypatch):
+    from candle_backend_cuda import nvrtc
+
+    monkeypatch.setenv("CANDLE_CUDA_CACHE", str(tmp_path))
+    path = tmp_path / f"{module}.cubin"
+    path.write_bytes(nvrtc.compile_cubin(module, 120))
+    for (_arch, kernel), members in kernel_params(path).items():
+        assert members == param_layout(SIGNATURES[module][family(kernel)])[1], kernel

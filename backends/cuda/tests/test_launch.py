@@ -31,3 +31,16 @@ def test_layouts_past_maxd_dims_split_into_launches():
     assert len(splits) == 4  # the two outer dims
     offs, start, inner, _ = splits[3]
     assert offs == [strides[0][0] + strides[0][1]] and start == 3 * 2 ** MAXD and len(inner) == MAXD
+
+
+def test_how_cublas_reads_a_row_major_operand():
+    from candle_backend_cuda.cublaslt import OP_N, OP_T, alignment, operand
+
+    assert operand(8, 1, 4, 8) == (OP_N, 8)      # contiguous (4, 8)
+    assert operand(16, 1, 4, 8) == (OP_N, 16)    # rows of a wider buffer
+    assert operand(1, 4, 4, 8) == (OP_T, 4)      # a transposed view
+    assert operand(5, 1, 1, 8) == (OP_N, 8)      # one row: its row stride is irrelevant
+    assert operand(3, 7, 4, 1) == (OP_N, 3)      # one column
+    assert operand(2, 2, 4, 8) is None           # neither stride 1: copy first
+    assert operand(0, 1, 4, 8) is None           # rows repeated (a broadcast): copy first
+    assert alignment(4096, 256 + 64, 512) == 64 and alignment(0, 2) == 2

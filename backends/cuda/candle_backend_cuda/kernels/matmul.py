@@ -67,13 +67,14 @@ def _cublaslt_gemm(dev, dtype, out, a, la, b, lb) -> None:
     shape, sa, sb, so = _batch(la, lb)
     pa, pb = address(a, la, isz), address(b, lb, isz)
     gemm = dev.gemm()
-    # the last batch dim is cuBLASLt's strided batch; the outer ones are host loops
-    inner = shape[-1] if shape else 1
-    outer_shape = shape[:-1]
-    strides = [sa[:-1], sb[:-1], so[:-1]]
-    for offs in positions(outer_shape, strides):
+    # The last batch dim is cuBLASLt's strided batch, unless an operand repeats along it (a stride
+    # of 0); the other batch dims are host loops.
+    split = len(shape) - 1 if shape and sa[-1] and sb[-1] else len(shape)
+    inner = shape[-1] if split < len(shape) else 1
+    strides = [sa[:split], sb[:split], so[:split]]
+    for offs in positions(shape[:split], strides):
         gemm.run(str(dtype), out.ptr + offs[2] * isz, pa + offs[0] * isz, a_op, pb + offs[1] * isz, b_op, m, n, k,
-                 inner, sa[-1] if shape else 0, sb[-1] if shape else 0)
+                 inner, sa[-1] if inner > 1 else 0, sb[-1] if inner > 1 else 0)
 
 
 def matmul(dtype):
@@ -84,7 +85,14 @@ def matmul(dtype):
         if la.shape[-1] == 0:  # k = 0: the sum of nothing
             dev.memset(out.ptr, 0, out.nbytes)
             return
-        (_cublaslt_gemm if use_cublaslt(dtype) else _kernel_gemm)(dev, dtype, out, a, la, b, lb)
+        if use_cublaslt(dtype):
+            from ..cublaslt import NoAlgorithm
+
+            try:
+                return _cublaslt_gemm(dev, dtype, out, a, la, b, lb)
+            except NoAlgorithm:  # a layout cuBLASLt has no algorithm for: the plugin's own kernel
+                pass
+        _kernel_gemm(dev, dtype, out, a, la, b, lb)
 
     return kernel
 
