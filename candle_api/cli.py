@@ -25,7 +25,7 @@ CLI_GROUP = "candle_api.cli"
 
 #: The subcommands of candle-models, for a helpful error when it is absent. It is not on PyPI: it
 #: installs from a checkout of candle-api.
-MODELS_COMMANDS = ("embed", "generate", "quantize", "serve")
+MODELS_COMMANDS = ("embed", "generate", "quantize", "serve", "transcribe")
 
 
 class Parser(argparse.ArgumentParser):
@@ -89,13 +89,23 @@ def main(argv=None) -> int:
         print(f"{prog}: error: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # The reader is gone (`candle info | head`): nothing is left to say. What stdout still buffers
-        # goes to /dev/null, or Python's flush at exit would fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         return 141  # 128 + SIGPIPE: the status of a writer the closed pipe ended
+    except SystemExit:  # --help, --version, argparse's errors: their text is flushed here, not as Python exits
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _drop_stdout()
+        raise
     except Exception as exc:  # MemoryError included: a command line answers any failure in one line
         print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
+
+
+def _drop_stdout() -> None:
+    """The reader is gone (`candle info | head`): nothing is left to say. What stdout still buffers
+    goes to /dev/null, or Python's flush at exit would fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _one_line(exc: Exception) -> str:

@@ -71,7 +71,8 @@ class Device(str):
             raise PluginError(f"device {name!r}: the device object of plugin {plugin} lacks {', '.join(missing)} "
                               "(see candle_api.contract.BackendDevice)")
         self.kernels = registry().kernel_table(dev_type).kernels
-        self.dtypes = frozenset(spec.dtypes)
+        # bool is u8's bytes: a backend holding u8 holds bool (the kernel table serves it with u8 kernels)
+        self.dtypes = frozenset(spec.dtypes) | ({"bool"} if "u8" in spec.dtypes else set())
         self._seed = DEFAULT_SEED
         self._offset = 0
         return self
@@ -128,6 +129,15 @@ def _parse(spec: str) -> tuple[str, str, int]:
         index = 0
     name = dev_type if dev_type == "cpu" else f"{dev_type}:{index}"
     return name, dev_type, index
+
+
+def is_device_name(spec: str) -> bool:
+    """Whether spec is spelled as a device ("cpu", "cuda:1"), installed or not."""
+    try:
+        _parse(spec)
+    except DeviceError:
+        return False
+    return True
 
 
 def get_device(spec=None) -> Device:

@@ -22,6 +22,14 @@ class ShapeError(CandleError, ValueError):
     """Shapes or dims that do not fit the op (mismatch, bad rank, bad dim)."""
 
 
+class DimensionError(ShapeError, OverflowError):
+    """A negative dimension (also OverflowError, which candle-pyo3 raises for one)."""
+
+
+class ShapeTypeError(ShapeError, TypeError):
+    """A shape that is not a sequence of integers (also TypeError)."""
+
+
 class DTypeError(CandleError, TypeError, ValueError):
     """A dtype the op does not accept, or two dtypes that differ."""
 
@@ -49,6 +57,12 @@ class UnsupportedOpError(CandleError, NotImplementedError):
 
 class ReadOnlyError(CandleError, ValueError):
     """An in-place write into memory the caller may not change."""
+
+
+class InPlaceError(CandleError, RuntimeError):
+    """An in-place op that cannot be done: into a broadcast view, on a leaf
+    that requires grad (or a view of one), or on memory a backward pass still
+    needs (PyTorch raises RuntimeError for these)."""
 
 
 class UnsupportedDTypeError(DTypeError):

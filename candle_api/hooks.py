@@ -48,7 +48,9 @@ class BackendSpec:
     backend (instruction set, threads, GPU model...). ``contract_version`` is
     the version of the kernel table (:mod:`candle_api.contract`) the backend
     implements, and ``dtypes`` the dtypes it holds: the required rows of that
-    version must have a kernel for each of their dtypes among these.
+    version must have a kernel for each of their dtypes among these. bool needs
+    no listing and no kernels: a backend that holds u8 holds bool, served by its
+    u8 kernels (see :mod:`candle_api.contract.table`).
     ``aliases()`` returns other device type names that mean this one (the
     wgpu backend answers its adapter's API, ``metal`` on a Mac): ``metal:0``
     then resolves to the same device as ``wgpu:0``. It is asked only for a

@@ -283,6 +283,7 @@ class Registry:
                         table.providers[key] = (plugin, kset.priority)
                     elif kset.priority == current[1]:
                         table.conflicts.append(f"{op}/{dtype}: {current[0]} and {plugin} tie; {current[0]} kept")
+            _serve_bool_with_u8(table)
             self._tables[device_type] = table
             return table
 
@@ -307,6 +308,19 @@ class Registry:
             elif row is not None and dtype not in row.dtypes:
                 problems.append(f"{op!r} has no {dtype} kernel in the contract (its dtypes: {' '.join(row.dtypes)})")
         return "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+
+
+def _serve_bool_with_u8(table: KernelTable) -> None:
+    """bool is u8's bytes: every contract row listing bool that no plugin gave a
+    bool kernel runs its u8 kernel (docs/backend-contract.md)."""
+    from .contract.table import ROWS
+    from .dtype import bool_, u8
+
+    for row in ROWS:
+        key, u8_key = (row.name, bool_), (row.name, u8)
+        if "bool" in row.dtypes and key not in table.kernels and u8_key in table.kernels:
+            table.kernels[key] = table.kernels[u8_key]
+            table.providers[key] = table.providers[u8_key]
 
 
 _REGISTRY = Registry()

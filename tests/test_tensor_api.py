@@ -20,7 +20,7 @@ def test_construction_follows_candle_pyo3_dtype_rules():
     assert c.Tensor([-1, 2]).dtype == c.i64
     assert c.Tensor([[3.0, 1, 4, 1], [5, 9, 2, 6]]).values() == [[3.0, 1, 4, 1], [5, 9, 2, 6]]
     assert c.Tensor(np.arange(3, dtype=np.float64)).dtype == "f64"  # numpy keeps its dtype
-    assert c.Tensor([True, False]).dtype == "u8"
+    assert c.Tensor([True, False]).dtype == "bool"  # PyTorch (candle-pyo3 has no bool dtype)
     assert c.tensor([1, 2], dtype="f16").values() == [1.0, 2.0]
 
 
