@@ -43,7 +43,7 @@ class CudaStorage:
     ``host``: the bytes a small upload came from, until a kernel writes in
     place (None otherwise)."""
 
-    __slots__ = ("ptr", "nbytes", "capacity", "writable", "device", "owner", "host")
+    __slots__ = ("ptr", "nbytes", "capacity", "writable", "device", "owner", "host", "__weakref__")
 
     def __init__(self, device, ptr: int, capacity: int, nbytes: int, owner=None):
         self.device, self.ptr, self.capacity, self.nbytes, self.owner = device, ptr, capacity, nbytes, owner
