@@ -73,7 +73,9 @@ def render() -> str:
     for name, text in (("nbytes", "size in bytes"), ("writable", "False for memory the caller may not change "
                                                                   "(in-place ops refuse such storages)")):
         out.append(f"- `{name}`: {text}")
-    out += ["", "Host backends also expose `ptr` (the address), which DLPack export reads.", "",
+    out += ["", "Host backends also expose `ptr` (the address), which DLPack export reads. A storage takes weak "
+            "references (a class with `__slots__` lists `__weakref__`): the core keeps its version counters of "
+            "in-place writes by storage, and drops them with it.", "",
             "## Kernels", "",
             "`candle_api_kernels(device_type)` returns `KernelSet({(name, dtype): kernel}, priority)`; for each "
             "key the highest priority wins, so a plugin can override another's kernels one by one. Dtypes "

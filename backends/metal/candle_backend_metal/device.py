@@ -30,7 +30,7 @@ class WgpuStorage:
     ``host``: the bytes a small upload put there, until a kernel writes in
     place (None otherwise)."""
 
-    __slots__ = ("buffer", "capacity", "nbytes", "writable", "device", "host")
+    __slots__ = ("buffer", "capacity", "nbytes", "writable", "device", "host", "__weakref__")
 
     def __init__(self, device, buffer, capacity: int, nbytes: int):
         self.device, self.buffer, self.capacity, self.nbytes = device, buffer, capacity, nbytes

@@ -222,6 +222,25 @@ def test_gradients_flow_through_in_place_ops(candle_device):
     np.testing.assert_allclose(b.grad.numpy(), alive * 2 * np.array([1.0, -2.0, 3.0]))
 
 
+def test_storages_take_weak_references(candle_device):
+    """The version counters of in-place writes live in the core, keyed by storage, and go with it
+    (candle_api.autograd.versions): a storage that takes no weak reference leaves its counts to the
+    next storage at its address."""
+    import gc
+    import weakref
+
+    from candle_api.autograd import versions
+
+    t = c.zeros((4,), device=candle_device)
+    ref = weakref.ref(t._storage)
+    t.add_(1)
+    key = id(t._storage)
+    assert versions._COUNTS[key][0] == 1
+    del t
+    gc.collect()
+    assert ref() is None and key not in versions._COUNTS
+
+
 def test_a_saved_tensor_changed_in_place_is_refused(candle_device):
     a = _t(candle_device, [1.0, 2.0], "f64").requires_grad_()
     y = a.exp()           # exp's backward reads its output
