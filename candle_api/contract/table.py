@@ -138,6 +138,17 @@ ROWS: tuple = tuple([
               notes="as scatter, adding; duplicate ids accumulate"),
     KernelRow("index_add", "index", "k(out, x, lx, ids, lids, ids_dtype, src, lsrc, dim)", ALL,
               notes="out is x with src's slices added at ids along dim; ids 1-d contiguous from lids.offset"),
+    # ---- sorting along the last dim (two outputs: the core allocates both) ------------------------------
+    KernelRow("sort_last", "sort", "k(out, x, lx, indices, descending)", WITH_BOOL, False,
+              "a bitonic network of comparisons and where over each row padded to a power of two, then gather",
+              since=3,
+              notes="out (..., n) the values in x's dtype, indices (..., n) u32, both contiguous; x any strides; "
+                    "the stable order (equal values keep their index order, descending too); -0.0 equals 0.0; "
+                    "NaN is above every number (last ascending, first descending), as PyTorch orders"),
+    KernelRow("topk_last", "sort", "k(out, x, lx, indices, k, largest)", WITH_BOOL, False,
+              "sort_last's decomposition, then the first k", since=3,
+              notes="the first k (0 < k <= n) of sort_last's order, descending when largest: out (..., k) and "
+                    "indices (..., k) u32, contiguous"),
     # ---- convolution, pooling, resampling ------------------------------------------------------------
     *_rows("conv", "k(out, x, lx, w, lw, params)", FLOATS, "conv2d conv_transpose2d",
            notes="params = (b, c_in, h, w, c_out, kh, kw, sh, sw, ph, pw, dh, dw, groups, oh, ow, oph, opw); "
