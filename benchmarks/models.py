@@ -117,13 +117,21 @@ def minilm_embeddings_per_second(threads: int) -> dict:
         torch.set_num_threads(threads)
         for attention in ("sdpa", "eager"):
             variants[f"pytorch ({attention} attention)"] = torch_embed(torch, folder, ids, mask, attention)
-    vectors = {name: run() for name, run in variants.items()}  # also warms up
-    times = {name: [t for t, _ in runs] for name, runs in interleaved_runs(variants, REPS).items()}
-    result = {name: BATCH / harness.median(t) for name, t in times.items()}
+    return throughputs(variants, BATCH, REPS, "pytorch")
+
+
+def throughputs(variants: dict, items: int, reps: int, baseline: str) -> dict:
+    """Items per second of each variant (a call makes ``items``), their spreads and, when variants named
+    ``baseline...`` ran, the largest difference of their outputs from candle-api's and candle-api's ratio
+    to the fastest of them."""
+    outputs = {name: run() for name, run in variants.items()}  # also warms up
+    times = {name: [t for t, _ in runs] for name, runs in interleaved_runs(variants, reps).items()}
+    result = {name: items / harness.median(t) for name, t in times.items()}
     result["spread %"] = {name: harness.spread(t) for name, t in times.items()}
-    if torch is not None:
-        result["max |diff|"] = max(float(np.abs(v - vectors["candle-api"]).max()) for v in vectors.values())
-        result["ratio"] = result["candle-api"] / max(v for k, v in result.items() if k.startswith("pytorch"))
+    baselines = [v for k, v in result.items() if k.startswith(baseline)]
+    if baselines:
+        result["max |diff|"] = max(float(np.abs(v - outputs["candle-api"]).max()) for v in outputs.values())
+        result["ratio"] = result["candle-api"] / max(baselines)
     return result
 
 

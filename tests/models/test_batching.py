@@ -179,7 +179,7 @@ def test_concurrent_generations_share_steps_and_match_generating_alone(smollm2_c
 
 def test_stop_texts_cancellation_and_a_full_queue(smollm2_chat):
     model, tokenizer = smollm2_chat
-    prompt = tokenizer.encode_chat("What is the capital of France?")
+    prompt = tokenizer.encode_chat("What is the capital of France? Answer in one sentence.")
     engine = Engine(model, tokenizer, max_batch=1, max_queue=1)
     stopped = Generation(prompt, 30, Sampler(0), Collector(), stop_texts=("Paris",))
     run_engine(engine, [stopped])

@@ -97,11 +97,12 @@ def test_the_family_comes_from_the_config(tmp_path):
     assert causal_lm.family(TINY) is GPT2LMHeadModel
     assert causal_lm.family(fixtures / "tiny_qwen3") is LlamaForCausalLM
     assert isinstance(causal_lm.from_pretrained(fixtures / "tiny_phi3"), LlamaForCausalLM)
-    folder = tmp_path / "t5"
+    folder = tmp_path / "bart"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    with pytest.raises(ValueError, match=r"model_type 't5' is not a supported causal language model "
-                                         r"\(supported: llama, mistral, qwen2, qwen3, phi3, gemma3_text, gpt2, falcon\)"):
+    (folder / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    with pytest.raises(ValueError, match=r"model_type 'bart' is not a supported causal language model "
+                                         r"\(supported: llama, mistral, qwen2, qwen3, phi3, gemma3_text, gpt2, falcon; "
+                                         r"text to text: t5\)"):
         causal_lm.family(folder)
     (folder / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
     assert causal_lm.family(folder) is GPT2LMHeadModel
@@ -173,13 +174,13 @@ def test_candle_generate_names_what_it_does_not_run(tmp_path, capsys):
 
     gguf = tmp_path / "bloom.gguf"
     c.save({"w": c.zeros((2, 32))}, gguf, {"general.architecture": "bloom"}, format="gguf")
-    folder = tmp_path / "t5"
+    folder = tmp_path / "bart"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"architectures": ["T5ForConditionalGeneration"]}))
+    (folder / "config.json").write_text(json.dumps({"architectures": ["BartForConditionalGeneration"]}))
     for model, message in ((gguf, "GGUF architecture 'bloom' is not supported (supported: llama, qwen2, qwen3, "
                                   "phi3, gemma3, gpt2, falcon)"),
                            (folder, "config.json names no model_type, and none of its architectures "
-                                    "['T5ForConditionalGeneration'] is supported (supported: LlamaForCausalLM")):
+                                    "['BartForConditionalGeneration'] is supported (supported: LlamaForCausalLM")):
         assert main(["generate", "--model", str(model), "--raw", "hi"]) == 1
         err = capsys.readouterr().err
         assert err.startswith("candle generate: error: ") and message in err and err.count("\n") == 1, err

@@ -376,7 +376,7 @@ def test_errors_are_one_line(folder, tmp_path):
         ([str(tmp_path / "missing"), out], "is not a file, a folder or a Hugging Face repo id"),
         ([str(FIXTURES / "tiny_bert" / "bert-mlm"), out], "model_type 'bert' is not a supported causal language "
                                                           "model (supported: llama, mistral, qwen2, qwen3, phi3, "
-                                                          "gemma3_text, gpt2, falcon)"),
+                                                          "gemma3_text, gpt2, falcon; text to text: t5)"),
         ([str(FIXTURES / "tiny_falcon_sequential"), out], "Falcon with sequential attention (parallel_attn: false) "
                                                           "has no GGUF form"),
         ([str(FIXTURES / "tiny_llama_dynamic"), out], "rope scaling 'dynamic' has no GGUF form"),

@@ -144,9 +144,9 @@ def describe() -> str:
         lib = load()
     except BackendUnavailableError:
         return "library not loaded"
-    l2, l3 = lib.cd_cache_bytes(2) >> 10, lib.cd_cache_bytes(3) >> 10
+    l1, l2, l3 = (lib.cd_cache_bytes(level) >> 10 for level in (1, 2, 3))
     isa = lib.cd_isa().decode() + (" + bf16 dot products" if lib.cd_has_avx512bf16() else "")
-    return f"cpu features: {isa}, {lib.cd_get_num_threads()} threads, L2 {l2} KiB, L3 {l3} KiB"
+    return f"cpu features: {isa}, {lib.cd_get_num_threads()} threads, L1d {l1} KiB, L2 {l2} KiB, L3 {l3} KiB"
 
 
 def error() -> Exception:

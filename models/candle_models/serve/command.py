@@ -117,6 +117,9 @@ def _load(args):
     if args.model != "none":
         chat_path = args.model if args.model is not None else default_model("generate")
         family = causal_lm.family(chat_path)  # every causal LM family decodes in a batch cache
+        if family in causal_lm.TEXT2TEXT.values():
+            raise ArgumentError(f"{chat_path} is a {family.__name__}, an encoder-decoder: candle serve batches "
+                                "causal LMs only (run it with candle generate)")
         with Progress(0, "loading the chat model") as progress:
             tokenizer = Tokenizer.from_pretrained(chat_path)
             chat = family.from_pretrained(chat_path, dtype=args.dtype, device=args.device, progress=progress)

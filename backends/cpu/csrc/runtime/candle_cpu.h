@@ -100,7 +100,7 @@ CD_API const char *cd_isa(void);
 /* 1 when the AVX-512 set is in use and the CPU has AVX512-BF16: bf16 x bf16
  * products then run on its dot-product instruction. */
 CD_API int cd_has_avx512bf16(void);
-/* Bytes of the level-2 or level-3 data cache, as the GEMM blocking sees it. */
+/* Bytes of the level-1, 2 or 3 data cache, as the GEMM blocking sees it. */
 CD_API int64_t cd_cache_bytes(int32_t level);
 /* 64-byte aligned; large blocks are cached for reuse. NULL + error when out of memory. */
 CD_API void *cd_alloc(int64_t nbytes);

@@ -5,16 +5,20 @@
  *   GEMM_ENTRY            the cd_gemm_fn to define (cd_gemm_avx512...)
  *   F32_MR, F32_NR        the f32 register tile, and micro_f32()
  *   F64_MR, F64_NR        the f64 register tile, and micro_f64()
- *   F32_KC, F64_KC        the depth of a K slice
+ *   F32_KC, F64_KC        the deepest K slice (an expression, evaluated once)
  *   micro_f32_rows(), micro_f64_rows()  full-height tiles with A read in place
  *   GEMM_BF16_DOT         (optional) micro_bf16() and the pair packers of the
  *                         bf16 dot-product path
+ *   GEMM_A_L2_SHARE       (optional, default 6) the part of L2 an A block takes
  *
  * MC and NC are sized at run time from this CPU's caches (cd_cache_bytes):
- * an MC x KC block of A takes a sixth of L2, leaving room for the B micro-
- * panels streaming through it and for C; a KC x NC block of B takes an eighth
- * of L3. A sweep on Zen 4 (1 MiB L2) found the deepest KC that keeps these
- * blocks in their caches fastest (KC 1024, MC 42 for f32): fewer passes over C.
+ * an MC x KC block of A takes a sixth of L2 (GEMM_A_L2_SHARE), leaving room
+ * for the B micro-panels streaming through it and for C; a KC x NC block of B takes an eighth
+ * of L3. KC is the instruction set's: for AVX-512, a sweep on Zen 4 (1 MiB
+ * L2) found the deepest that keeps these blocks in their caches fastest
+ * (KC 1024, MC 42 for f32): fewer passes over C; AVX2's smaller tile keeps
+ * its B micro-panel in L1d, whose size sets KC (gemm_avx2.c). K is cut into
+ * slices of equal depth up to KC (k_slice).
  *
  * micro_T(kc, a_panel, b_panel, ldb, c, ldc, mr, nr, accumulate) computes an
  * mr x nr (<= MR x NR) tile of C = (accumulate ? C : 0) + A_panel @ B_panel,
@@ -23,7 +27,9 @@
  * Blocking follows BLIS: for each NC-wide block of columns and KC-deep slice
  * of K, B is packed into NR-wide panels (shared by all threads); each thread
  * then packs MC-row blocks of A into MR-row panels and runs the microkernel
- * over its share of the tiles (templates/gemm_driver.h). When all rows fit
+ * over its share of the tiles (templates/gemm_driver.h); a row split deals
+ * out at least one task per MC block, so a thread the OS keeps waiting
+ * leaves its blocks to the others. When all rows fit
  * one MC block, each B panel is used once, so each task packs the panels it
  * uses just before using them.
  * Small operands skip packing (use_in_place). Threads split M or N, never K,
@@ -154,14 +160,68 @@ static void pack_b_float_f32(const float *b, int64_t rs, int64_t cs, int64_t kc,
         pack_b_float_f32_any(b, rs, cs, kc, nc, dst);
         return;
     }
-    for (int64_t j = 0; j < nc; j += F32_NR, dst += F32_NR * kc) {
-        int nr = (int)CD_MIN(F32_NR, nc - j);
-        if (cs == 1) copy_rows(b + j, rs, kc, nr, F32_NR, dst);
-        else tpack_f32(b + j * cs, cs, nr, kc, F32_NR, dst);
+    if (cs == 1) {
+        /* 8 rows at a time across all panels: the reads run along B's rows, not down its columns. */
+        for (int64_t p0 = 0; p0 < kc; p0 += 8)
+            for (int64_t j = 0; j < nc; j += F32_NR)
+                copy_rows(b + p0 * rs + j, rs, CD_MIN(8, kc - p0), (int)CD_MIN(F32_NR, nc - j), F32_NR,
+                          dst + j * kc + p0 * F32_NR);
+        return;
+    }
+    for (int64_t j = 0; j < nc; j += F32_NR, dst += F32_NR * kc)
+        tpack_f32(b + j * cs, cs, (int)CD_MIN(F32_NR, nc - j), kc, F32_NR, dst);
+}
+GEN_PACK(float, F32_MR, F32_NR, bf16_any, uint16_t, cd_bf16_to_f32)
+GEN_PACK(float, F32_MR, F32_NR, f16_any, uint16_t, cd_f16_to_f32)
+
+/* Half-precision panels: runs along the source's contiguous dimension widened
+ * to f32 by the instruction set's block converter (cd_ops), a small block at a
+ * time, then packed as f32 ones (the element-wise loops above serve the other
+ * strides). HALF_RUN: k per block; HALF_COLS: B columns per block. */
+enum { HALF_RUN = 64, HALF_COLS = 256 };
+/* Panels W wide from `count` rows of the source, each contiguous along k and
+ * ld apart (A's rows; B's columns when B is a transposed Linear weight). */
+static void pack_half_panels(const uint16_t *src, int64_t ld, int64_t count, int64_t kc, int W, float *dst,
+                             cd_half_to_f32 widen) {
+    float tmp[(CD_MAX(F32_MR, F32_NR) + 7) / 8 * 8 * HALF_RUN]; /* whole 8-row blocks, as tpack_f32 reads */
+    for (int64_t i = 0; i < count; i += W, dst += W * kc) {
+        const int w = (int)CD_MIN(W, count - i);
+        for (int64_t p0 = 0; p0 < kc; p0 += HALF_RUN) {
+            const int64_t len = CD_MIN(HALF_RUN, kc - p0);
+            for (int r = 0; r < w; r++) widen(len, src + (i + r) * ld + p0, tmp + r * HALF_RUN);
+            tpack_f32(tmp, HALF_RUN, w, len, W, dst + p0 * W);
+        }
     }
 }
-GEN_PACK(float, F32_MR, F32_NR, bf16, uint16_t, cd_bf16_to_f32)
-GEN_PACK(float, F32_MR, F32_NR, f16, uint16_t, cd_f16_to_f32)
+
+/* B's rows contiguous: 8 rows at a time across the panels, as pack_b_float_f32. */
+static void pack_b_half_rows(const uint16_t *b, int64_t rs, int64_t kc, int64_t nc, float *dst, cd_half_to_f32 widen) {
+    float tmp[8 * HALF_COLS];
+    for (int64_t p0 = 0; p0 < kc; p0 += 8) {
+        const int64_t rows = CD_MIN(8, kc - p0);
+        for (int64_t j0 = 0; j0 < nc; j0 += HALF_COLS) {
+            const int64_t cols = CD_MIN(HALF_COLS, nc - j0);
+            for (int64_t r = 0; r < rows; r++) widen(cols, b + (p0 + r) * rs + j0, tmp + r * HALF_COLS);
+            for (int64_t j = j0; j < j0 + cols; j += F32_NR)
+                copy_rows(tmp + (j - j0), HALF_COLS, rows, (int)CD_MIN(F32_NR, nc - j), F32_NR, dst + j * kc + p0 * F32_NR);
+        }
+    }
+}
+
+#define GEN_HALF_PACK(SRC)                                                                              \
+    static void pack_a_float_##SRC(const uint16_t *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc,  \
+                                   float *dst) {                                                       \
+        if (cs == 1) pack_half_panels(a, rs, mc, kc, F32_MR, dst, cd_ops.SRC##_to_f32);               \
+        else pack_a_float_##SRC##_any(a, rs, cs, mc, kc, dst);                                         \
+    }                                                                                                  \
+    static void pack_b_float_##SRC(const uint16_t *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc,  \
+                                   float *dst) {                                                       \
+        if (cs == 1) pack_b_half_rows(b, rs, kc, nc, dst, cd_ops.SRC##_to_f32);                        \
+        else if (rs == 1) pack_half_panels(b, cs, nc, kc, F32_NR, dst, cd_ops.SRC##_to_f32);          \
+        else pack_b_float_##SRC##_any(b, rs, cs, kc, nc, dst);                                         \
+    }
+GEN_HALF_PACK(bf16)
+GEN_HALF_PACK(f16)
 GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
 
 /* ---- GEMV: a single row or column ----------------------------------------------
@@ -383,14 +443,37 @@ static int try_gemv(int esz, int64_t m, int64_t n, int64_t k, const char *a, int
 
 /* ---- the blocked driver ------------------------------------------------------------ */
 typedef struct {
-    int64_t mc, nc;
-    int64_t in_place; /* bytes an operand read in place may span (use_in_place) */
-    int64_t a_near;   /* bytes of A whose packing reads from L2 (split_rows_cheaper) */
+    int64_t kc, mc, nc; /* the deepest K slice, the rows of an A block, the columns of a B block */
+    int64_t in_place;   /* bytes an operand read in place may span (use_in_place) */
+    int64_t a_near;     /* bytes of A whose packing reads from L2 (split_rows_cheaper) */
 } blocking;
 
+#ifndef GEMM_A_L2_SHARE
+#define GEMM_A_L2_SHARE 6
+#endif
 static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
-    int64_t l2 = cd_cache_bytes(2), mc = l2 / 6 / (kc * esz) / mr * mr, nc = cd_cache_bytes(3) / 8 / (kc * esz) / nr * nr;
-    return (blocking){CD_MAX(mr, CD_MIN(mc, 32 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr)), l2 / 8, l2 / 2};
+    int64_t l2 = cd_cache_bytes(2), mc = l2 / GEMM_A_L2_SHARE / (kc * esz) / mr * mr;
+    int64_t nc = cd_cache_bytes(3) / 8 / (kc * esz) / nr * nr;
+    return (blocking){kc, CD_MAX(mr, CD_MIN(mc, 64 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr)), l2 / 8, l2 / 2};
+}
+
+/* The depth of K slices: K cut into as few slices as kc_max allows, of equal
+ * depth (a multiple of `step`, the last shorter): 300 deep with kc_max 256
+ * runs as 152 + 148, not 256 + 44, whose shallow tiles would spend as long
+ * loading and storing C as multiplying. It depends on k alone, so every
+ * element of C sums its products in the same order whatever the threads. */
+static int64_t k_slice(int64_t k, int64_t kc_max, int64_t step) {
+    const int64_t slices = (k + kc_max - 1) / kc_max, even = (k + slices - 1) / slices;
+    return CD_MIN(kc_max, (even + step - 1) / step * step);
+}
+
+/* Tasks for a row split of mpanels row panels on `tasks` threads: at least
+ * one per A block (mc_panels panels), and a multiple of the threads so that
+ * equal shares stay equal. The pool deals tasks to whichever thread is free,
+ * so a thread that the OS keeps waiting leaves its share to the others. */
+static int64_t row_tasks(int64_t mpanels, int64_t mc_panels, int64_t tasks) {
+    const int64_t blocks = (mpanels + mc_panels - 1) / mc_panels;
+    return CD_MIN(mpanels, (CD_MAX(blocks, tasks) + tasks - 1) / tasks * tasks);
 }
 
 /* Packing copies an operand into panels the microkernel streams. A small
