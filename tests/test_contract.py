@@ -164,3 +164,21 @@ def test_a_gradient_through_an_op_without_backward_raises():
     gx = dispatch.apply(dispatch.OPS["max_pool2d_backward"], x, g, params=(1, 1, 4, 4, 2, 2, 2, 2, 0, 0, 1, 1, 2, 2, 1))
     with pytest.raises(c.CandleError, match="'max_pool2d_backward' has no backward"):
         gx.sum_all().backward()
+
+
+def test_a_kernel_writes_over_its_input_only_where_its_row_and_its_set_allow():
+    cpu = c.get_device("cpu")
+    assert ("add", c.f32) in cpu.aliasing and ("matmul", c.f32) not in cpu.aliasing  # matmul's row has no alias
+    add = cpu.kernels[("add", c.f32)]
+
+    class Plain:
+        @hookimpl
+        def candle_api_kernels(self, device_type):
+            return KernelSet({("add", "f32"): add}, priority=9) if device_type == "cpu" else None
+
+    name = c.register_plugin(Plain(), "plain")
+    try:  # a set that does not declare aliasing: its kernel gets fresh memory
+        assert ("add", c.f32) not in cpu.aliasing and ("sub", c.f32) in cpu.aliasing
+    finally:
+        c.unregister_plugin(name)
+    assert ("add", c.f32) in cpu.aliasing

@@ -25,7 +25,7 @@ extern "C" {
 
 /* Bumped whenever a signature below changes; the Python side refuses a library
  * whose version differs from the one it was written for. */
-#define CD_ABI_VERSION 3
+#define CD_ABI_VERSION 4
 
 /* Most dimensions an op accepts (the Python core enforces the same limit). */
 #define CD_MAX_DIMS 32
@@ -237,6 +237,15 @@ CD_API int cd_sdpa(int32_t dtype, const int64_t *desc, const void *q, const void
 CD_API int cd_rnn(int32_t dtype, int32_t cell, const int64_t *desc, const void *x, const void *w_ih, const void *w_hh,
                   const void *b_ih, const void *b_hh, const void *h0, const void *c0, const void *peep,
                   const int64_t *lens, void *out, double clip);
+
+/* ---- sorting ----------------------------------------------------------- */
+/* The first k (0 <= k <= n) elements of each row's stable order along the last
+ * dim (kernels/sort.c): lay = [ndim, shape, x strides], n = shape[ndim - 1];
+ * values (rows, k) in x's dtype and indices (rows, k) contiguous. Ascending
+ * unless descending; -0.0 equals 0.0, NaN is above every number; equal values
+ * keep their index order. k = n sorts the rows. */
+CD_API int cd_sort(int32_t dtype, const int64_t *lay, const void *x, int64_t k, int32_t descending, void *values,
+                   uint32_t *indices);
 
 /* ---- GGML block quantization ------------------------------------------ */
 /* nrows rows of ncols contiguous f32 values to and from contiguous blocks of
