@@ -126,6 +126,8 @@ class Tensor:
     # ---- host conversion ---------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """The values as a numpy array (a read-only view of cpu memory, a copy otherwise)."""
+        if ops.dispatch.observer is not None:
+            ops.dispatch.observer.read(self)
         return self._device.backend.to_numpy(self._storage, self._layout, self._dtype)
 
     def __array__(self, dtype=None, copy=None):

@@ -34,11 +34,13 @@ from .registry import MS_DOMAIN, Node, canonical_domain, resolve
 
 
 class Step:
-    __slots__ = ("fn", "node", "inputs", "outputs", "free", "reads", "foldable")
+    __slots__ = ("fn", "node", "inputs", "outputs", "free", "reads", "pure", "foldable")
 
-    def __init__(self, fn, node: Node, inputs: list[str], outputs: list[str], reads: set[str], foldable: bool):
+    def __init__(self, fn, node: Node, inputs: list[str], outputs: list[str], reads: set[str], pure: bool,
+                 foldable: bool):
         self.fn, self.node, self.inputs, self.outputs = fn, node, inputs, outputs
         self.reads = reads          # inputs plus the outer names its subgraphs read
+        self.pure = pure            # same inputs, same outputs (not a random generator)
         self.foldable = foldable    # pure and without subgraphs: may run at planning time
         self.free: list[str] = []
 
@@ -76,6 +78,8 @@ def _interrupted(node, reason: str) -> RunInterruptedError:
 
 #: the watch of the run in progress in this thread (None: no options)
 _WATCH: ContextVar[_Watch | None] = ContextVar("candle_onnx_run", default=None)
+#: the recorder of the run in progress in this thread (replay.py), or None
+RECORDER: ContextVar = ContextVar("candle_onnx_recorder", default=None)
 
 
 @contextmanager
@@ -119,10 +123,14 @@ class Plan:
             env[name] = outer[name]
         env.update(feeds)
         watch = _WATCH.get()
+        recorder = RECORDER.get()
         for step in self.steps:
             if watch is not None:
                 watch.check(step.node)
-            _store(env, step, _call(step, env))
+            if recorder is None:
+                store(env, step, call(step, env))
+            else:
+                recorder.step(step, env)
             for name in step.free:
                 del env[name]
         return [env[n] for n in self.outputs]
@@ -139,7 +147,7 @@ class Plan:
         return peak
 
 
-def _call(step: Step, env: dict):
+def call(step: Step, env: dict):
     """The step's outputs from the values in ``env``; an op's own error becomes one naming the node."""
     try:
         return step.fn(step.node, *[env[n] for n in step.inputs])
@@ -149,7 +157,7 @@ def _call(step: Step, env: dict):
         raise step.node.fail(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _store(env: dict, step: Step, out) -> None:
+def store(env: dict, step: Step, out) -> None:
     names = step.outputs
     if type(out) is not tuple:
         env[names[0]] = out
@@ -258,7 +266,7 @@ class Compiler:
         # a node with subgraphs also receives the outer values they read, after its own inputs
         node.captures = sorted({n for plan in subplans for n in plan.captures})
         reads |= set(node.captures)
-        return Step(impl.fn, node, list(proto.input) + node.captures, list(proto.output), reads,
+        return Step(impl.fn, node, list(proto.input) + node.captures, list(proto.output), reads, impl.pure,
                     impl.pure and not subplans)
 
     def _attributes(self, proto: NodeProto, domain: str, opset: int, defaults: dict, types: dict,
@@ -292,7 +300,7 @@ class Compiler:
     def _fold(self, step: Step, constants: dict) -> None:
         env = {n: constants[n] for n in step.reads}
         env[""] = None
-        _store(env, step, _call(step, env))
+        store(env, step, call(step, env))
         for name in step.outputs:
             if name:
                 constants[name] = env[name]
