@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: The newest contract version this candle-api knows.
-CONTRACT_VERSION = 2
+CONTRACT_VERSION = 3
 
 ALL = ("u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64")
 FLOATS = ("bf16", "f16", "f32", "f64")
@@ -65,6 +65,21 @@ class KernelRow:
 def _rows(family, call, dtypes, names, **kw) -> list:
     return [KernelRow(n, family, call, dtypes, **kw) for n in names.split()]
 
+
+#: The activations a product with packed weights applies to its result (the ``act``
+#: argument of the panels rows), with the meaning of their ``alpha`` and ``beta``.
+ACTIVATIONS = {
+    "none": "x",
+    "relu": "maximum(x, 0)",
+    "leaky_relu": "x if x > 0 else alpha * x",
+    "clip": "minimum(maximum(x, alpha), beta)",
+    "sigmoid": "1 / (1 + exp(-x))",
+    "hard_sigmoid": "clip(alpha * x + beta, 0, 1)",
+    "hard_swish": "x * clip(x / 6 + 1 / 2, 0, 1)",
+    "tanh": "tanh(x)",
+    "gelu_erf": "x / 2 * erfc(-x / sqrt(2))",
+    "silu": "x * sigmoid(x)",
+}
 
 UNARY = "k(out, x, lx)"
 PARAM = "k(out, x, lx, p0, p1)"
@@ -178,6 +193,20 @@ ROWS: tuple = tuple([
               "index_select of the rows' blocks, then dequantize", since=2,
               notes="out (ids, k) f32: rows ids (contiguous, any index dtype) of W (rows, k) in blocks; an id "
                     "out of range raises IndexOutOfRangeError"),
+    # ---- products with weights packed once (panels of 16 rows) ----------------------------------------------
+    KernelRow("pack_panels", "panels", "k(out, w, lw)", ("f32",), False, "pad, reshape and transpose", since=3,
+              notes="out (batch, ceil(rows / 16), depth, 16) from w (batch, rows, depth), any strides: "
+                    "out[b, p, d, i] = w[b, 16 p + i, d], 0 past the last row"),
+    KernelRow("linear_panels", "panels", "k(out, x, lx, wp, lwp, bias, lbias, n, act, alpha, beta)", ("f32",),
+              False, "the weights unpacked, matmul, add and the activation", since=3,
+              notes="out (..., n) = act(x (..., k) @ M^T + bias), wp = pack_panels(M (1, n, k)); the rows of x "
+                    "have one stride (leading dims merge); bias None or (n,) contiguous; act one of ACTIVATIONS"),
+    KernelRow("conv2d_panels", "panels",
+              "k(out, x, lx, wp, lwp, bias, lbias, res, lres, params, act, alpha, beta, scale, shift)", ("f32",),
+              False, "the weights unpacked, conv2d, add, the activation and affine", since=3,
+              notes="out = act(conv2d(x, w) + bias + res) * scale + shift; wp = pack_panels of w (c_out, c_in / groups, kh, kw) "
+                    "seen as (groups, c_out / groups, c_in / groups * kh * kw); params as conv2d's; bias None or "
+                    "(c_out,) contiguous; res None or contiguous shaped as out"),
     KernelRow("sgd_step", "optim", "k(p, lp, g, lg, buf, lbuf, lr, weight_decay, momentum, dampening, nesterov, "
               "first)", FLOATS, False, "the same update from elementwise ops",
               notes="writes p and buf; buf None without momentum"),

@@ -35,7 +35,7 @@ def candle_api_backends():
             device_count=lambda: 1,
             description="C kernels (libcandle_cpu)",
             details=_details,
-            contract_version=2,  # with the quantized rows
+            contract_version=3,  # with the quantized and the panels rows
         )
     ]
 

@@ -10,6 +10,7 @@ from candle_api.ops import elementwise as ew
 
 from .helpers import bit_and, bool_, const, floor_div, full, ints, scalar
 from .ops_cast import wrap_int
+from .packing import Panels, matmul_any, pack_matmul
 from .registry import op
 
 # ---- unary ------------------------------------------------------------------------------------
@@ -254,9 +255,9 @@ def swish(node, x):
 
 
 # ---- matrix products --------------------------------------------------------------------------
-@op("MatMul")
+@op("MatMul", pack=pack_matmul)
 def matmul(node, a, b):
-    return a @ b
+    return matmul_any(node, a, b) if isinstance(b, Panels) else a @ b
 
 
 @op("Gemm")

@@ -9,14 +9,17 @@ from the full output (ConvTranspose).
 from __future__ import annotations
 
 
+from candle_api.ops import panels
+
 from .ops_tensor import pad
+from .packing import Panels, activation, pack_conv
 from .registry import op
 
 
-def conv_params(node, x, w):
+def conv_params(node, x, kernel_dims):
     """(pads as (begin, end) per spatial dim, strides, dilations) with auto_pad resolved."""
     n = x.rank - 2
-    kernel = node.get("kernel_shape") or list(w.shape[2:])
+    kernel = node.get("kernel_shape") or list(kernel_dims)
     strides = node.get("strides") or [1] * n
     dilations = node.get("dilations") or [1] * n
     auto = node.get("auto_pad", "NOTSET")
@@ -70,10 +73,39 @@ def _with_bias(y, bias):
     return y if bias is None else y + bias.reshape((1, -1) + (1,) * (y.rank - 2))
 
 
-@op("Conv")
+def conv_any(node, x, w, bias=None, z=None):
+    """act(conv(x, w) + bias + z) * output_scale + output_shift, on the packed panels when w is packed."""
+    act, alpha, beta = activation(node)
+    scale, shift = node.get("output_scale", 1.0), node.get("output_shift", 0.0)
+    pads, strides, dilations = conv_params(node, x, w.shape[2:])
+    if not isinstance(w, Panels):
+        y = _with_bias(conv(x, w, pads, strides, dilations, node.get("group", 1)), bias)
+        y = panels.activate(y if z is None else y + z, act, alpha, beta)
+        return y if scale == 1.0 and shift == 0.0 else y * scale + shift
+    one_d = x.rank == 3
+    if one_d:  # a 1-d convolution is a 2-d one over a height of 1
+        x, pads, strides, dilations = x.unsqueeze(2), [(0, 0), *pads], [1, *strides], [1, *dilations]
+        z = z.unsqueeze(2) if z is not None and z.rank == 3 else z
+    if any(b != e for b, e in pads):
+        x = pad(x, [(0, 0), (0, 0)] + list(pads))
+        pads = [(0, 0)] * len(pads)
+    shape4 = w.shape if len(w.shape) == 4 else (w.shape[0], w.shape[1], 1, w.shape[2])
+    begin = [b for b, _ in pads]
+    out = (x.shape[0], shape4[0], *[(n + 2 * p - d * (k - 1) - 1) // s + 1
+                                    for n, p, d, k, s in zip(x.shape[2:], begin, dilations, shape4[2:], strides)])
+    if z is not None and z.shape != out:  # a Z that broadcasts is added after
+        y = panels.conv2d_panels(x, w.tensor, shape4, bias, None, begin, strides, dilations, w.groups)
+        y = panels.activate(y + z, act, alpha, beta)
+        y = y if scale == 1.0 and shift == 0.0 else y * scale + shift
+    else:
+        y = panels.conv2d_panels(x, w.tensor, shape4, bias, z, begin, strides, dilations, w.groups, act, alpha, beta,
+                                 scale, shift)
+    return y.squeeze(2) if one_d else y
+
+
+@op("Conv", pack=pack_conv)
 def conv_op(node, x, w, bias=None):
-    pads, strides, dilations = conv_params(node, x, w)
-    return _with_bias(conv(x, w, pads, strides, dilations, node.get("group", 1)), bias)
+    return conv_any(node, x, w, bias)
 
 
 def _transpose_params(node, x, w):

@@ -103,7 +103,7 @@ def matmul_integer(node, a, b, a_zero_point=None, b_zero_point=None):
 @op("ConvInteger", since=10)
 def conv_integer(node, x, w, x_zero_point=None, w_zero_point=None):
     xc, wc = _centered(x, x_zero_point), _centered(w, w_zero_point, 0)
-    pads, strides, dilations = conv_params(node, xc, wc)
+    pads, strides, dilations = conv_params(node, xc, wc.shape[2:])
     # zero padding means padding with the zero point: pad the centered input
     return conv(xc, wc, pads, strides, dilations, node.get("group", 1)).to_dtype(c.i32)
 
@@ -126,7 +126,7 @@ def qlinear_matmul(node, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_s
 @op("QLinearConv", since=10)
 def qlinear_conv(node, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, bias=None):
     xc, wc = _centered(x, x_zero_point), _centered(w, w_zero_point, 0)
-    pads, strides, dilations = conv_params(node, xc, wc)
+    pads, strides, dilations = conv_params(node, xc, wc.shape[2:])
     acc = conv(xc, wc, pads, strides, dilations, node.get("group", 1))
     if bias is not None:
         acc = acc + bias.to_dtype(c.f64).reshape((1, -1) + (1,) * (acc.rank - 2))

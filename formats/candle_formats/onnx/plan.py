@@ -15,6 +15,7 @@ Loop and Scan iteration, so even a loop whose body has no node stops.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
@@ -26,22 +27,28 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, NodeProto
 
-from .dtypes import UnsupportedTypeError, onnx_type
+from .dtypes import UnsupportedTypeError, from_numpy_dtype, onnx_type
 from .errors import NodeError, RunInterruptedError, UnsupportedNodeError
 from .functions import body_opsets, inline, schema_function
+from .fusion import Graph, drop_identities, fuse
 from .host_shapes import hoist
 from .registry import MS_DOMAIN, Node, canonical_domain, resolve
 
+#: the first element of the keys of packed weights in a plan's constants (the others: the
+#: weight's name, the pack hook, the node's groups)
+PACKED = "packed"
+
 
 class Step:
-    __slots__ = ("fn", "node", "inputs", "outputs", "free", "reads", "pure", "foldable")
+    __slots__ = ("fn", "node", "inputs", "outputs", "free", "reads", "pure", "foldable", "pack")
 
     def __init__(self, fn, node: Node, inputs: list[str], outputs: list[str], reads: set[str], pure: bool,
-                 foldable: bool):
+                 foldable: bool, pack=None):
         self.fn, self.node, self.inputs, self.outputs = fn, node, inputs, outputs
         self.reads = reads          # inputs plus the outer names its subgraphs read
         self.pure = pure            # same inputs, same outputs (not a random generator)
         self.foldable = foldable    # pure and without subgraphs: may run at planning time
+        self.pack = pack            # the op's pack hook (registry.py), or None
         self.free: list[str] = []
 
 
@@ -177,13 +184,15 @@ class Compiler:
     tensor the evaluator holds."""
 
     def __init__(self, opsets: dict[str, int], device, functions: dict, tensor: Callable,
-                 to_device: Callable, fold: bool = True):
+                 to_device: Callable, fold: bool = True, optimize: bool = True):
         self.opsets = {canonical_domain(d): v for d, v in opsets.items()}
         self.device = device
         self.functions = functions   # (domain, name) -> FunctionProto
         self.tensor = tensor
         self.to_device = to_device
         self.fold = fold
+        self.optimize = optimize     # fusions (fusion.py) and packed weights
+        self._fused = itertools.count()
 
     def graph(self, graph: GraphProto, outer_types: dict | None = None, opsets: dict | None = None) -> Plan:
         opsets = opsets or self.opsets
@@ -213,10 +222,14 @@ class Compiler:
             else:
                 steps.append(step)
         outputs = [vi.name for vi in graph.output]
+        if self.optimize:
+            steps = self._fuse(steps, constants, types, outputs, opsets)
         steps = _live_steps(steps, outputs)
+        packed = _pack(steps, constants) if self.optimize else {}
         host_constants, host_keys = hoist(steps, constants, outputs)
         needed = {n for s in steps for n in s.reads} | set(outputs)
         constants = {n: v for n, v in constants.items() if n in needed}
+        constants.update(packed)
         local = set(feeds) | set(defaults) | set(constants) | {n for s in steps for n in s.outputs}
         captures = sorted(n for n in needed if n and n not in local)
         missing = [n for n in captures if n not in outer]
@@ -267,11 +280,11 @@ class Compiler:
         node.captures = sorted({n for plan in subplans for n in plan.captures})
         reads |= set(node.captures)
         return Step(impl.fn, node, list(proto.input) + node.captures, list(proto.output), reads, impl.pure,
-                    impl.pure and not subplans)
+                    impl.pure and not subplans, impl.pack)
 
     def _attributes(self, proto: NodeProto, domain: str, opset: int, defaults: dict, types: dict,
                     opsets: dict) -> dict:
-        attrs = dict(defaults) if domain == MS_DOMAIN else dict(_schema_defaults(domain, proto.op_type, opset))
+        attrs = {**_schema_defaults(domain, proto.op_type, opset), **defaults}  # defaults: domains without schemas
         for a in proto.attribute:
             if a.ref_attr_name:
                 raise NodeError(proto.name, proto.op_type, proto.domain, opset,
@@ -292,6 +305,23 @@ class Compiler:
 
     def _constant(self, proto):
         return self.to_device(self.tensor(proto))
+
+    # ---- fusions ----
+    def _fuse(self, steps: list, constants: dict, types: dict, outputs: list, opsets: dict) -> list:
+        keep = set(outputs) | {n for s in steps for n in s.node.captures}
+        steps = drop_identities(steps, keep)
+
+        def add_constant(array: np.ndarray, hint: str) -> str:
+            name = f"{hint}::fused{next(self._fused)}"
+            constants[name] = self.to_device(array)
+            types[name] = from_numpy_dtype(array.dtype)
+            return name
+
+        def make_step(op_type: str, domain: str, inputs: list, outputs: list, attrs: dict, like: Step) -> Step:
+            proto = onnx.helper.make_node(op_type, inputs, outputs, name=like.node.name, domain=domain, **attrs)
+            return self._step(proto, opsets, types)
+
+        return fuse(Graph(steps, constants, keep, make_step, add_constant))
 
     # ---- folding ----
     def _foldable(self, step: Step, constants: dict) -> bool:
@@ -422,6 +452,26 @@ def _topological(nodes: list, available: set) -> list:
         stuck = next(nodes[i][0] for i, w in enumerate(waiting) if w)
         raise NodeError(stuck.name, stuck.op_type, stuck.domain, None, "the graph has a cycle through this node")
     return order
+
+
+def _pack(steps: list[Step], constants: dict) -> dict:
+    """Packs the constant inputs of steps whose op has a pack hook (weights, once per
+    model): {key: packed value}, the steps reading the keys instead."""
+    packed: dict = {}
+    for step in steps:
+        if step.pack is None:
+            continue
+        for i, name in enumerate(step.inputs):
+            value = constants.get(name) if isinstance(name, str) else None
+            if value is None or isinstance(value, list):
+                continue
+            key = (PACKED, name, step.pack.__name__, step.node.get("group", 1))
+            if key not in packed:
+                packed[key] = step.pack(step.node, i, value)
+            if packed[key] is not None:
+                step.inputs[i] = key
+        step.reads = {n for n in step.inputs if isinstance(n, str) and n} | set(step.node.captures)
+    return {k: v for k, v in packed.items() if v is not None}
 
 
 def _live_steps(steps: list[Step], outputs: list[str]) -> list[Step]:

@@ -35,11 +35,13 @@ static const char NAMES_PARAM[] = CD_PARAM_OPS(CD_NAME_X);
 static const char NAMES_BINARY[] = CD_BINARY_OPS(CD_NAME_X);
 static const char NAMES_CMP[] = CD_CMP_OPS(CD_NAME_X);
 static const char NAMES_REDUCE[] = CD_REDUCE_OPS(CD_NAME_X);
+static const char NAMES_ACT[] = CD_ACT_OPS(CD_NAME_X);
 
 const char *cd_names(const char *table) {
     static const struct { const char *key, *names; } tables[] = {
         {"dtypes", NAMES_DTYPES}, {"unary", NAMES_UNARY}, {"param", NAMES_PARAM},
         {"binary", NAMES_BINARY}, {"cmp", NAMES_CMP},     {"reduce", NAMES_REDUCE},
+        {"act", NAMES_ACT},
     };
     if (!table) return NULL;
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)

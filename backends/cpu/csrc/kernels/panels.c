@@ -1,0 +1,248 @@
+/* Products with weights packed once: a model's constant weights go through
+ * cd_pack_panels when it is loaded, and every later product reads them as panels
+ * of 16 rows (each step of the sum one contiguous run of 16 values), while
+ * the activations are read in place. Small products, where packing the
+ * weights on every call costs as much as the product itself (a sentence
+ * through an encoder, a batch-1 convolution net), then do no packing at all;
+ * the bias, a residual and the activation are applied while the output tile
+ * is still in cache.
+ *
+ * linear: out (m x n) = x (m x k) @ M^T with M (n x k) packed: the tile
+ *   broadcasts x's values and loads M's panels (vectors along n).
+ * conv2d: out[c_out][pixel] = W (c_out x K) @ col (K x pixels), W packed per
+ *   group: the tile broadcasts W's values and loads rows of col (vectors along
+ *   the pixels), col being the image itself for a pointwise convolution, else
+ *   its im2col. Depthwise convolutions run plane by plane (dw_plane).
+ *
+ * Every output value is one tile's sum over the whole of k, in order, so
+ * results do not depend on how the tiles are spread over the threads. */
+#include "kernels/conv.h"
+#include "kernels/panels.h"
+#include "runtime/internal.h"
+#include "runtime/isa.h"
+
+static int check_act(int32_t act, double alpha, double beta, double scale, double shift, cd_act *out) {
+    if (act < 0 || act >= CD_ACT_COUNT) return cd_fail("unknown activation %d", (int)act);
+    *out = (cd_act){act, (float)alpha, (float)beta, (float)scale, (float)shift};
+    return 0;
+}
+
+static int has_epilogue(const cd_act *act) {
+    return act->code != CD_ACT_none || act->scale != 1.0f || act->shift != 0.0f;
+}
+
+/* ---- packing --------------------------------------------------------------------------- */
+int cd_pack_panels(int32_t dtype, const int64_t *lay, const void *vw, void *vout) {
+    if (dtype != CD_f32) return cd_fail("pack_panels is implemented for f32, got %s", cd_dtype_name(dtype));
+    const int64_t batch = lay[0], rows = lay[1], depth = lay[2], sb = lay[3], sr = lay[4], sd = lay[5];
+    if (batch < 0 || rows < 0 || depth < 0) return cd_fail("bad pack_panels sizes");
+    const float *w = vw;
+    float *out = vout;
+    const int64_t panels = (rows + CD_PANEL - 1) / CD_PANEL;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t p = 0; p < panels; p++)
+            for (int64_t d = 0; d < depth; d++) {
+                float *dst = out + ((b * panels + p) * depth + d) * CD_PANEL;
+                for (int64_t i = 0; i < CD_PANEL; i++) {
+                    const int64_t r = p * CD_PANEL + i;
+                    dst[i] = r < rows ? w[b * sb + r * sr + d * sd] : 0.0f;
+                }
+            }
+    return 0;
+}
+
+/* ---- linear ---------------------------------------------------------------------------- */
+typedef struct {
+    const float *x, *wp, *bias;
+    float *out;
+    int64_t m, n, k, xr, xc;
+    int64_t col_blocks, rows_per_task;
+    cd_act act;
+} lin_ctx;
+
+static int lin_task(void *vctx, int64_t begin, int64_t end) {
+    const lin_ctx *c = vctx;
+    const int64_t MR = cd_ops.tile_mr, NR = cd_ops.tile_nr, panel = c->k * CD_PANEL;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t j0 = t % c->col_blocks * NR, nr = CD_MIN(NR, c->n - j0);
+        const int64_t r0 = t / c->col_blocks * c->rows_per_task, r1 = CD_MIN(c->m, r0 + c->rows_per_task);
+        const float *b = c->wp + j0 / CD_PANEL * panel;
+        for (int64_t i0 = r0; i0 < r1; i0 += MR) {
+            const int64_t mr = CD_MIN(MR, r1 - i0);
+            float *out = c->out + i0 * c->n + j0;
+            cd_ops.tile_f32(c->k, c->x + i0 * c->xr, c->xr, c->xc, b, CD_PANEL, panel, out, c->n, mr, nr, NULL,
+                            c->bias ? c->bias + j0 : NULL);
+            if (has_epilogue(&c->act))
+                for (int64_t i = 0; i < mr; i++) cd_ops.epilogue_f32(out + i * c->n, nr, NULL, &c->act);
+        }
+    }
+    return 0;
+}
+
+static int run_linear(lin_ctx *c) {
+    if (c->m == 0 || c->n == 0) return 0;
+    c->col_blocks = (c->n + cd_ops.tile_nr - 1) / cd_ops.tile_nr;
+    c->rows_per_task = 8 * cd_ops.tile_mr;
+    return cd_parallel_for(c->col_blocks * ((c->m + c->rows_per_task - 1) / c->rows_per_task), 1, lin_task, c);
+}
+
+int cd_linear_panels(int32_t dtype, const int64_t *desc, const void *x, const void *wp, const void *bias, void *out,
+                     int32_t act, double alpha, double beta) {
+    if (dtype != CD_f32) return cd_fail("linear_panels is implemented for f32, got %s", cd_dtype_name(dtype));
+    lin_ctx c = {x, wp, bias, out, desc[0], desc[1], desc[2], desc[3], desc[4], 0, 0, {0, 0, 0, 1, 0}};
+    if (c.m < 0 || c.n < 0 || c.k < 0) return cd_fail("bad linear_panels sizes");
+    if (check_act(act, alpha, beta, 1.0, 0.0, &c.act)) return -1;
+    return run_linear(&c);
+}
+
+/* ---- conv2d ---------------------------------------------------------------------------- */
+/* Tasks cover PANELS_PER_TASK panels of output channels by COL_TILES tiles of pixels. */
+#define PANELS_PER_TASK 4
+#define COL_TILES 4
+
+typedef struct {
+    const conv_params *q;
+    const int64_t *xs;
+    const float *x, *wp, *bias, *res, *cols;
+    float *out;
+    int64_t b, g;          /* the image and group the tiles are of */
+    int64_t cols_step;     /* row stride of the columns (col, or the image's channels) */
+    int64_t panel_groups, col_blocks;
+    cd_act act;
+} panels_conv_ctx;
+
+static int conv_tiles_task(void *vctx, int64_t begin, int64_t end) {
+    const panels_conv_ctx *c = vctx;
+    const conv_params *q = c->q;
+    const int64_t MR = cd_ops.tile_mr, NR = cd_ops.tile_nr, N = q->oh * q->ow;
+    const int64_t cout_g = q->cout / q->groups, K = q->cin / q->groups * q->kh * q->kw;
+    const int64_t panels_g = (cout_g + CD_PANEL - 1) / CD_PANEL;
+    const int64_t first_out = c->b * q->cout + c->g * cout_g; /* the group's first output channel plane */
+    const int fused = has_epilogue(&c->act) || c->res;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t p0 = t / c->col_blocks * PANELS_PER_TASK, p1 = CD_MIN(panels_g, p0 + PANELS_PER_TASK);
+        const int64_t j0 = t % c->col_blocks * COL_TILES * NR, j1 = CD_MIN(N, j0 + COL_TILES * NR);
+        for (int64_t j = j0; j < j1; j += NR) {
+            const int64_t nr = CD_MIN(NR, j1 - j);
+            for (int64_t pn = p0; pn < p1; pn++) {
+                const float *panel = c->wp + (c->g * panels_g + pn) * K * CD_PANEL;
+                const int64_t rows = CD_MIN(CD_PANEL, cout_g - pn * CD_PANEL);
+                for (int64_t i0 = 0; i0 < rows; i0 += MR) {
+                    const int64_t mr = CD_MIN(MR, rows - i0), ch = pn * CD_PANEL + i0;
+                    float *out = c->out + (first_out + ch) * N + j;
+                    cd_ops.tile_f32(K, panel + i0, 1, CD_PANEL, c->cols + j, c->cols_step, CD_PANEL, out, N, mr, nr,
+                                    c->bias ? c->bias + c->g * cout_g + ch : NULL, NULL);
+                    if (fused)
+                        for (int64_t i = 0; i < mr; i++)
+                            cd_ops.epilogue_f32(out + i * N, nr, c->res ? c->res + (out - c->out) + i * N : NULL,
+                                                &c->act);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    const conv_params *q;
+    const int64_t *xs;
+    const char *image;
+    float *col;
+} im2col_ctx;
+
+static int im2col_task(void *vctx, int64_t begin, int64_t end) {
+    const im2col_ctx *c = vctx;
+    cd_conv_im2col(CD_f32, CD_f32, c->q, c->xs, c->image, c->col, begin, end);
+    return 0;
+}
+
+static int depthwise_task(void *vctx, int64_t begin, int64_t end) {
+    const panels_conv_ctx *c = vctx;
+    const conv_params *q = c->q;
+    const cd_dw_geom g = {q->h, q->w, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, q->dh, q->dw, q->oh, q->ow,
+                          c->xs[2], c->xs[3]};
+    const int64_t N = q->oh * q->ow, K = q->kh * q->kw;
+    float *scratch = cd_scratch(cd_ops.dw_scratch_f32(&g) * (int64_t)sizeof(float));
+    if (!scratch) return -1;
+    for (int64_t t = begin; t < end; t++) { /* t = image * channels + channel */
+        const int64_t b = t / q->cout, ch = t % q->cout;
+        float *out = c->out + t * N;
+        cd_ops.dw_plane_f32(&g, c->x + b * c->xs[0] + ch * c->xs[1], c->wp + ch * K * CD_PANEL, CD_PANEL,
+                            c->bias ? c->bias[ch] : 0.0f, out, scratch);
+        if (has_epilogue(&c->act) || c->res) cd_ops.epilogue_f32(out, N, c->res ? c->res + t * N : NULL, &c->act);
+    }
+    cd_scratch_free(scratch);
+    return 0;
+}
+
+/* Whether a pointwise convolution reads its columns in the image: its planes' pixels are contiguous. */
+static int reads_image(const conv_params *q, const int64_t *xs) {
+    return q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->ph == 0 && q->pw == 0 && xs[3] == 1 &&
+           xs[2] == q->w;
+}
+
+/* A group with fewer pixels than a panel has rows runs transposed: T (pixels x
+ * c_out/g) = col^T @ W^T, vectors along the output channels, as a linear
+ * product; then T goes to the output planes with the residual and activation. */
+static int conv_group_transposed(const panels_conv_ctx *c, const float *cols, int64_t cols_step) {
+    const conv_params *q = c->q;
+    const int64_t cout_g = q->cout / q->groups, K = q->cin / q->groups * q->kh * q->kw, N = q->oh * q->ow;
+    const int64_t panels_g = (cout_g + CD_PANEL - 1) / CD_PANEL;
+    float *t = cd_scratch(N * cout_g * (int64_t)sizeof(float));
+    if (!t) return -1;
+    lin_ctx lc = {cols, c->wp + c->g * panels_g * K * CD_PANEL, c->bias ? c->bias + c->g * cout_g : NULL, t, N,
+                  cout_g, K, 1, cols_step, 0, 0, {CD_ACT_none, 0, 0, 1, 0}};
+    int rc = run_linear(&lc);
+    const int64_t first = (c->b * q->cout + c->g * cout_g) * N;
+    for (int64_t ch = 0; ch < cout_g && rc == 0; ch++) {
+        float *row = c->out + first + ch * N;
+        for (int64_t i = 0; i < N; i++) row[i] = t[i * cout_g + ch];
+        if (has_epilogue(&c->act) || c->res)
+            cd_ops.epilogue_f32(row, N, c->res ? c->res + first + ch * N : NULL, &c->act);
+    }
+    cd_scratch_free(t);
+    return rc;
+}
+
+/* One image's group: its columns (the image itself when reads_image, else
+ * its im2col into col), then the tiles. */
+static int conv_group(panels_conv_ctx *c, float *col) {
+    const conv_params *q = c->q;
+    const int64_t cin_g = q->cin / q->groups, N = q->oh * q->ow, K = cin_g * q->kh * q->kw;
+    const float *image = c->x + c->b * c->xs[0] + c->g * cin_g * c->xs[1];
+    if (!col) {
+        c->cols = image;
+        c->cols_step = c->xs[1];
+    } else {
+        im2col_ctx ic = {q, c->xs, (const char *)image, col};
+        int rc = cd_parallel_for(K, CD_MAX(1, 4096 / CD_MAX(N, 1)), im2col_task, &ic);
+        if (rc) return rc;
+        c->cols = col;
+        c->cols_step = N;
+    }
+    if (N < CD_PANEL) return conv_group_transposed(c, c->cols, c->cols_step);
+    return cd_parallel_for(c->panel_groups * c->col_blocks, 1, conv_tiles_task, c);
+}
+
+int cd_conv2d_panels(int32_t dtype, const int64_t *p, const int64_t *lay, const void *x, const void *wp, const void *bias,
+                     const void *res, void *out, int32_t act, double alpha, double beta, double scale, double shift) {
+    if (dtype != CD_f32) return cd_fail("conv2d_panels is implemented for f32, got %s", cd_dtype_name(dtype));
+    conv_params q;
+    if (cd_conv_parse(p, &q)) return -1;
+    panels_conv_ctx c = {&q, lay, x, wp, bias, res, NULL, out, 0, 0, 0, 0, 0, {0, 0, 0, 1, 0}};
+    if (check_act(act, alpha, beta, scale, shift, &c.act)) return -1;
+    const int64_t cin_g = q.cin / q.groups, cout_g = q.cout / q.groups, N = q.oh * q.ow;
+    if (q.b == 0 || q.cout == 0 || N == 0) return 0;
+    if (cin_g == 1 && cout_g == 1) return cd_parallel_for(q.b * q.cout, 1, depthwise_task, &c);
+    const int64_t panels_g = (cout_g + CD_PANEL - 1) / CD_PANEL;
+    c.panel_groups = (panels_g + PANELS_PER_TASK - 1) / PANELS_PER_TASK;
+    c.col_blocks = (N + COL_TILES * cd_ops.tile_nr - 1) / (COL_TILES * cd_ops.tile_nr);
+    float *col = NULL;
+    if (!reads_image(&q, lay) && !(col = cd_scratch(cin_g * q.kh * q.kw * N * (int64_t)sizeof(float) + 64)))
+        return -1;
+    int rc = 0;
+    for (c.b = 0; c.b < q.b && rc == 0; c.b++)
+        for (c.g = 0; c.g < q.groups && rc == 0; c.g++) rc = conv_group(&c, col);
+    cd_scratch_free(col);
+    return rc;
+}
