@@ -69,19 +69,20 @@ void cd_conv_valid_cols(const conv_params *q, int64_t off, int64_t *lo, int64_t 
     *hi = CD_MAX(*lo, CD_MIN(last + 1, q->ow));
 }
 
-/* col[(ch * kh + i) * kw + j][oy * ow + ox] = x[ch][y][xx] for the rows [r0, r1)
- * (zero where the tap falls in the padding). f32 rows copy directly. */
+/* col[(ch * kh + i) * kw + j][(oy - oy0) * ow + ox] = x[ch][y][xx] for the rows
+ * [r0, r1) and output rows [oy0, oy1) (zero where the tap falls in the padding).
+ * f32 rows copy directly. */
 void cd_conv_im2col(int dtype, int ct, const conv_params *q, const int64_t *xs, const char *x, void *col,
-                    int64_t r0, int64_t r1) {
-    const int64_t n = q->oh * q->ow;
+                    int64_t r0, int64_t r1, int64_t oy0, int64_t oy1) {
+    const int64_t n = (oy1 - oy0) * q->ow;
     const size_t csz = (size_t)cd_dtype_size(ct); /* 0.0 is all zero bits in f32 and f64 */
     char *cols = col;
     for (int64_t r = r0; r < r1; r++) {
         const int64_t j = r % q->kw, i = (r / q->kw) % q->kh, ch = r / (q->kw * q->kh);
         int64_t lo, hi;
         cd_conv_valid_cols(q, j * q->dw - q->pw, &lo, &hi);
-        for (int64_t oy = 0; oy < q->oh; oy++) {
-            const int64_t y = oy * q->sh - q->ph + i * q->dh, base = r * n + oy * q->ow;
+        for (int64_t oy = oy0; oy < oy1; oy++) {
+            const int64_t y = oy * q->sh - q->ph + i * q->dh, base = r * n + (oy - oy0) * q->ow;
             if (y < 0 || y >= q->h) {
                 memset(cols + (size_t)base * csz, 0, (size_t)q->ow * csz);
                 continue;
@@ -161,7 +162,7 @@ static int conv_task(void *vctx, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end && rc == 0; t++) { /* t = image * groups + group */
         const int64_t b = t / q->groups, g = t % q->groups;
         const char *image = c->x + (b * c->xs[0] + g * cin_g * c->xs[1]) * isz;
-        if (!direct) cd_conv_im2col(c->dtype, c->ct, q, c->xs, image, col, 0, K);
+        if (!direct) cd_conv_im2col(c->dtype, c->ct, q, c->xs, image, col, 0, K, 0, q->oh);
         char *dst = c->out + ((b * q->cout + g * cout_g) * N) * isz;
         rc = cd_ops.gemm(c->ct, cout_g, N, K, c->wmat + g * cout_g * K * csz, K, 1, direct ? image : col,
                      direct ? c->xs[1] : N, 1, tmp ? tmp : dst, N);
@@ -283,7 +284,7 @@ static int wgrad_task(void *vctx, int64_t begin, int64_t end) {
         for (int64_t b = chunk * WGRAD_CHUNK; b < CD_MIN(q->b, (chunk + 1) * WGRAD_CHUNK) && rc == 0; b++) {
             for (int64_t g = 0; g < q->groups && rc == 0; g++) {
                 const char *image = c->x + (b * c->xs[0] + g * cin_g * c->xs[1]) * isz;
-                cd_conv_im2col(c->dtype, c->ct, q, c->xs, image, col, 0, K);
+                cd_conv_im2col(c->dtype, c->ct, q, c->xs, image, col, 0, K, 0, q->oh);
                 pack4(c->dtype, c->ct, c->gout + (b * c->gs[0] + g * cout_g * c->gs[1]) * isz, c->gs, gshape, gmat);
                 /* prod = G (cout_g x N) @ col^T (N x K) */
                 rc = cd_ops.gemm(c->ct, cout_g, K, N, gmat, N, 1, col, 1, N, prod, K);

@@ -96,9 +96,13 @@ int cd_linear_panels(int32_t dtype, const int64_t *desc, const void *x, const vo
 }
 
 /* ---- conv2d ---------------------------------------------------------------------------- */
-/* Tasks cover PANELS_PER_TASK panels of output channels by COL_TILES tiles of pixels. */
+/* Tasks cover PANELS_PER_TASK panels of output channels by COL_TILES tiles of pixels,
+ * or (an im2col of their own) output rows whose columns take about ROW_BLOCK_FLOATS
+ * (ROW_BLOCK_MIN_COLS columns at least: each block streams every weight once). */
 #define PANELS_PER_TASK 4
 #define COL_TILES 4
+#define ROW_BLOCK_FLOATS 32768
+#define ROW_BLOCK_MIN_COLS 128
 
 typedef struct {
     const conv_params *q;
@@ -107,39 +111,69 @@ typedef struct {
     float *out;
     int64_t b, g;          /* the image and group the tiles are of */
     int64_t cols_step;     /* row stride of the columns (col, or the image's channels) */
-    int64_t panel_groups, col_blocks;
+    int64_t panel_groups, col_blocks, rows_per_task;
     cd_act act;
 } panels_conv_ctx;
 
-static int conv_tiles_task(void *vctx, int64_t begin, int64_t end) {
-    const panels_conv_ctx *c = vctx;
+/* The tiles of output columns [j0, j1) (the group's pixels j0 + origin...) and
+ * panels [p0, p1): B is cols (row stride cols_step) from column j0 - origin. */
+static void run_tiles(const panels_conv_ctx *c, const float *cols, int64_t cols_step, int64_t origin, int64_t j0,
+                      int64_t j1, int64_t p0, int64_t p1) {
     const conv_params *q = c->q;
     const int64_t MR = cd_ops.tile_mr, NR = cd_ops.tile_nr, N = q->oh * q->ow;
     const int64_t cout_g = q->cout / q->groups, K = q->cin / q->groups * q->kh * q->kw;
     const int64_t panels_g = (cout_g + CD_PANEL - 1) / CD_PANEL;
     const int64_t first_out = c->b * q->cout + c->g * cout_g; /* the group's first output channel plane */
     const int fused = has_epilogue(&c->act) || c->res;
-    for (int64_t t = begin; t < end; t++) {
-        const int64_t p0 = t / c->col_blocks * PANELS_PER_TASK, p1 = CD_MIN(panels_g, p0 + PANELS_PER_TASK);
-        const int64_t j0 = t % c->col_blocks * COL_TILES * NR, j1 = CD_MIN(N, j0 + COL_TILES * NR);
-        for (int64_t j = j0; j < j1; j += NR) {
-            const int64_t nr = CD_MIN(NR, j1 - j);
-            for (int64_t pn = p0; pn < p1; pn++) {
-                const float *panel = c->wp + (c->g * panels_g + pn) * K * CD_PANEL;
-                const int64_t rows = CD_MIN(CD_PANEL, cout_g - pn * CD_PANEL);
-                for (int64_t i0 = 0; i0 < rows; i0 += MR) {
-                    const int64_t mr = CD_MIN(MR, rows - i0), ch = pn * CD_PANEL + i0;
-                    float *out = c->out + (first_out + ch) * N + j;
-                    cd_ops.tile_f32(K, panel + i0, 1, CD_PANEL, c->cols + j, c->cols_step, CD_PANEL, out, N, mr, nr,
-                                    c->bias ? c->bias + c->g * cout_g + ch : NULL, NULL);
-                    if (fused)
-                        for (int64_t i = 0; i < mr; i++)
-                            cd_ops.epilogue_f32(out + i * N, nr, c->res ? c->res + (out - c->out) + i * N : NULL,
-                                                &c->act);
-                }
+    for (int64_t j = j0; j < j1; j += NR) {
+        const int64_t nr = CD_MIN(NR, j1 - j);
+        for (int64_t pn = p0; pn < p1; pn++) {
+            const float *panel = c->wp + (c->g * panels_g + pn) * K * CD_PANEL;
+            const int64_t rows = CD_MIN(CD_PANEL, cout_g - pn * CD_PANEL);
+            for (int64_t i0 = 0; i0 < rows; i0 += MR) {
+                const int64_t mr = CD_MIN(MR, rows - i0), ch = pn * CD_PANEL + i0;
+                float *out = c->out + (first_out + ch) * N + origin + j;
+                cd_ops.tile_f32(K, panel + i0, 1, CD_PANEL, cols + j, cols_step, CD_PANEL, out, N, mr, nr,
+                                c->bias ? c->bias + c->g * cout_g + ch : NULL, NULL);
+                if (fused)
+                    for (int64_t i = 0; i < mr; i++)
+                        cd_ops.epilogue_f32(out + i * N, nr, c->res ? c->res + (out - c->out) + i * N : NULL,
+                                            &c->act);
             }
         }
     }
+}
+
+/* Task t: PANELS_PER_TASK panels by COL_TILES tiles of columns of the shared c->cols. */
+static int conv_tiles_task(void *vctx, int64_t begin, int64_t end) {
+    const panels_conv_ctx *c = vctx;
+    const conv_params *q = c->q;
+    const int64_t NR = cd_ops.tile_nr, N = q->oh * q->ow;
+    const int64_t panels_g = (q->cout / q->groups + CD_PANEL - 1) / CD_PANEL;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t p0 = t / c->col_blocks * PANELS_PER_TASK, p1 = CD_MIN(panels_g, p0 + PANELS_PER_TASK);
+        const int64_t j0 = t % c->col_blocks * COL_TILES * NR, j1 = CD_MIN(N, j0 + COL_TILES * NR);
+        run_tiles(c, c->cols, c->cols_step, 0, j0, j1, p0, p1);
+    }
+    return 0;
+}
+
+/* Task t: output rows [t * rows_per_task, ...) of every panel, from an im2col of
+ * its own (a block of columns that stays in cache, instead of the whole image's). */
+static int conv_rows_task(void *vctx, int64_t begin, int64_t end) {
+    const panels_conv_ctx *c = vctx;
+    const conv_params *q = c->q;
+    const int64_t cin_g = q->cin / q->groups, K = cin_g * q->kh * q->kw, rb = c->rows_per_task;
+    const int64_t panels_g = (q->cout / q->groups + CD_PANEL - 1) / CD_PANEL;
+    const char *image = (const char *)(c->x + c->b * c->xs[0] + c->g * cin_g * c->xs[1]);
+    float *col = cd_scratch(K * rb * q->ow * (int64_t)sizeof(float) + 64);
+    if (!col) return -1;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t oy0 = t * rb, oy1 = CD_MIN(q->oh, oy0 + rb), n = (oy1 - oy0) * q->ow;
+        cd_conv_im2col(CD_f32, CD_f32, q, c->xs, image, col, 0, K, oy0, oy1);
+        run_tiles(c, col, n, oy0 * q->ow, 0, n, 0, panels_g);
+    }
+    cd_scratch_free(col);
     return 0;
 }
 
@@ -152,24 +186,42 @@ typedef struct {
 
 static int im2col_task(void *vctx, int64_t begin, int64_t end) {
     const im2col_ctx *c = vctx;
-    cd_conv_im2col(CD_f32, CD_f32, c->q, c->xs, c->image, c->col, begin, end);
+    cd_conv_im2col(CD_f32, CD_f32, c->q, c->xs, c->image, c->col, begin, end, 0, c->q->oh);
     return 0;
 }
 
+/* Planes with fewer outputs than this go DW_BLOCK channels at a time (dw_block). */
+#define SMALL_PLANE 32
+#define DW_BLOCK 16
+
+static cd_dw_geom dw_geometry(const panels_conv_ctx *c) {
+    const conv_params *q = c->q;
+    return (cd_dw_geom){q->h, q->w, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, q->dh, q->dw, q->oh, q->ow,
+                        c->xs[2], c->xs[3]};
+}
+
+/* Task t: one plane (or, for small planes, DW_BLOCK of them). */
 static int depthwise_task(void *vctx, int64_t begin, int64_t end) {
     const panels_conv_ctx *c = vctx;
     const conv_params *q = c->q;
-    const cd_dw_geom g = {q->h, q->w, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, q->dh, q->dw, q->oh, q->ow,
-                          c->xs[2], c->xs[3]};
-    const int64_t N = q->oh * q->ow, K = q->kh * q->kw;
-    float *scratch = cd_scratch(cd_ops.dw_scratch_f32(&g) * (int64_t)sizeof(float));
+    const cd_dw_geom g = dw_geometry(c);
+    const int64_t N = q->oh * q->ow, K = q->kh * q->kw, blocks = (q->cout + DW_BLOCK - 1) / DW_BLOCK;
+    const int small = N < SMALL_PLANE;
+    float *scratch = cd_scratch((small ? cd_ops.dw_block_scratch_f32(&g) : cd_ops.dw_scratch_f32(&g)) *
+                                (int64_t)sizeof(float));
     if (!scratch) return -1;
-    for (int64_t t = begin; t < end; t++) { /* t = image * channels + channel */
-        const int64_t b = t / q->cout, ch = t % q->cout;
-        float *out = c->out + t * N;
-        cd_ops.dw_plane_f32(&g, c->x + b * c->xs[0] + ch * c->xs[1], c->wp + ch * K * CD_PANEL, CD_PANEL,
-                            c->bias ? c->bias[ch] : 0.0f, out, scratch);
-        if (has_epilogue(&c->act) || c->res) cd_ops.epilogue_f32(out, N, c->res ? c->res + t * N : NULL, &c->act);
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t b = small ? t / blocks : t / q->cout, ch = small ? t % blocks * DW_BLOCK : t % q->cout;
+        const int64_t planes = small ? CD_MIN(DW_BLOCK, q->cout - ch) : 1, first = b * q->cout + ch;
+        const float *x = c->x + b * c->xs[0] + ch * c->xs[1], *taps = c->wp + ch * K * CD_PANEL;
+        float *out = c->out + first * N;
+        if (small)
+            cd_ops.dw_block_f32(&g, x, c->xs[1], planes, taps, K * CD_PANEL, CD_PANEL, c->bias ? c->bias + ch : NULL,
+                                out, scratch);
+        else
+            cd_ops.dw_plane_f32(&g, x, taps, CD_PANEL, c->bias ? c->bias[ch] : 0.0f, out, scratch);
+        if (has_epilogue(&c->act) || c->res)
+            cd_ops.epilogue_f32(out, planes * N, c->res ? c->res + first * N : NULL, &c->act);
     }
     cd_scratch_free(scratch);
     return 0;
@@ -229,20 +281,28 @@ int cd_conv2d_panels(int32_t dtype, const int64_t *p, const int64_t *lay, const 
     if (dtype != CD_f32) return cd_fail("conv2d_panels is implemented for f32, got %s", cd_dtype_name(dtype));
     conv_params q;
     if (cd_conv_parse(p, &q)) return -1;
-    panels_conv_ctx c = {&q, lay, x, wp, bias, res, NULL, out, 0, 0, 0, 0, 0, {0, 0, 0, 1, 0}};
+    panels_conv_ctx c = {&q, lay, x, wp, bias, res, NULL, out, 0, 0, 0, 0, 0, 0, {0, 0, 0, 1, 0}};
     if (check_act(act, alpha, beta, scale, shift, &c.act)) return -1;
     const int64_t cin_g = q.cin / q.groups, cout_g = q.cout / q.groups, N = q.oh * q.ow;
     if (q.b == 0 || q.cout == 0 || N == 0) return 0;
-    if (cin_g == 1 && cout_g == 1) return cd_parallel_for(q.b * q.cout, 1, depthwise_task, &c);
+    if (cin_g == 1 && cout_g == 1) {
+        const int64_t units = N < SMALL_PLANE ? (q.cout + DW_BLOCK - 1) / DW_BLOCK : q.cout;
+        return cd_parallel_for(q.b * units, 1, depthwise_task, &c);
+    }
     const int64_t panels_g = (cout_g + CD_PANEL - 1) / CD_PANEL;
     c.panel_groups = (panels_g + PANELS_PER_TASK - 1) / PANELS_PER_TASK;
     c.col_blocks = (N + COL_TILES * cd_ops.tile_nr - 1) / (COL_TILES * cd_ops.tile_nr);
+    /* An im2col of a few output rows at a time when that makes more than one block: it stays in cache. */
+    const int64_t K = cin_g * q.kh * q.kw, direct = reads_image(&q, lay);
+    c.rows_per_task = CD_MAX((ROW_BLOCK_MIN_COLS + q.ow - 1) / q.ow, ROW_BLOCK_FLOATS / (K * q.ow));
+    const int64_t row_tasks = (q.oh + c.rows_per_task - 1) / c.rows_per_task;
+    const int by_rows = !direct && N >= CD_PANEL && row_tasks > 1;
     float *col = NULL;
-    if (!reads_image(&q, lay) && !(col = cd_scratch(cin_g * q.kh * q.kw * N * (int64_t)sizeof(float) + 64)))
-        return -1;
+    if (!direct && !by_rows && !(col = cd_scratch(K * N * (int64_t)sizeof(float) + 64))) return -1;
     int rc = 0;
     for (c.b = 0; c.b < q.b && rc == 0; c.b++)
-        for (c.g = 0; c.g < q.groups && rc == 0; c.g++) rc = conv_group(&c, col);
+        for (c.g = 0; c.g < q.groups && rc == 0; c.g++)
+            rc = by_rows ? cd_parallel_for(row_tasks, 1, conv_rows_task, &c) : conv_group(&c, col);
     cd_scratch_free(col);
     return rc;
 }

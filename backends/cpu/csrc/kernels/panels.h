@@ -37,6 +37,11 @@ typedef struct {
 typedef void cd_dw_fn(const cd_dw_geom *g, const float *x, const float *taps, int64_t tap_step, float bias,
                       float *out, float *scratch);
 typedef int64_t cd_dw_scratch_fn(const cd_dw_geom *g);
+/* The same for up to 16 small planes at once, vectors along the planes: plane l
+ * is x + l * xs_c, its taps taps + l * ch_step (tap t at t * tap_step), its bias
+ * bias[l] (bias may be NULL), its output out + l * oh * ow. */
+typedef void cd_dw_block_fn(const cd_dw_geom *g, const float *x, int64_t xs_c, int64_t planes, const float *taps,
+                            int64_t ch_step, int64_t tap_step, const float *bias, float *out, float *scratch);
 
 /* y = act(y + res) * scale + shift over n contiguous floats (res NULL: no residual). */
 typedef void cd_epilogue_fn(float *y, int64_t n, const float *res, const cd_act *act);

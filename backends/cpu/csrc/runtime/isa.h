@@ -45,6 +45,8 @@ typedef struct {
     int64_t tile_mr, tile_nr;
     cd_dw_fn *dw_plane_f32;
     cd_dw_scratch_fn *dw_scratch_f32;
+    cd_dw_block_fn *dw_block_f32;
+    cd_dw_scratch_fn *dw_block_scratch_f32;
     cd_epilogue_fn *epilogue_f32;
     /* By ggml type id: rows decoded to f32 for the GEMM path (NULL: the type's own dequantizer); the
      * same values up to the rounding of a fused multiply-add. */

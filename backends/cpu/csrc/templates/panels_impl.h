@@ -37,31 +37,94 @@ static int64_t PANELS_NAME(dw_scratch)(const cd_dw_geom *g) {
     return g->sw * rows * pstride + 2 * g->kh * g->kw;
 }
 
-/* Each run of DW_LANES outputs of a row sums all the taps in a register and is
- * stored once; tap t reads at offset[t] from the run's place in phase 0. */
+/* Runs of DW_LANES outputs, DW_RUNS at a time (anywhere in the plane: four rows
+ * of a tall plane, four stretches of a long row), each summing all the taps
+ * in a register and stored once; the runs' sums are independent, so the
+ * multiply-adds overlap instead of waiting on one another. Tap t reads at
+ * offset[t] from a run's place in phase 0. */
+#define DW_RUNS 4
+
 static void PANELS_NAME(dw_plane)(const cd_dw_geom *g, const float *x, const float *taps, int64_t tap_step,
                                   float bias, float *out, float *scratch) {
     typedef PANELS_NAME(dw_vec) vec;
     const int64_t rows = g->h + 2 * g->ph, pstride = (g->w + 2 * g->pw + g->sw - 1) / g->sw + DW_LANES;
-    const int64_t ntaps = g->kh * g->kw;
+    const int64_t ntaps = g->kh * g->kw, chunks = (g->ow + DW_LANES - 1) / DW_LANES, runs = g->oh * chunks;
     int64_t *offset = (int64_t *)(scratch + g->sw * rows * pstride); /* 2 floats per int64_t */
     for (int64_t j = 0, r = 0, q = 0; j < g->kw; j++) { /* column j * dw = q * sw + r, without divisions */
         for (int64_t i = 0; i < g->kh; i++) offset[i * g->kw + j] = (r * rows + i * g->dh) * pstride + q;
         for (r += g->dw; r >= g->sw; r -= g->sw) q++;
     }
     PANELS_NAME(dw_phases)(g, x, scratch, rows, pstride);
-    for (int64_t oy = 0; oy < g->oh; oy++) {
-        const float *base = scratch + oy * g->sh * pstride;
-        for (int64_t ox0 = 0; ox0 < g->ow; ox0 += DW_LANES) {
-            vec acc = (vec){0} + bias;
-            for (int64_t t = 0; t < ntaps; t++) {
-                vec v;
-                memcpy(&v, base + ox0 + offset[t], sizeof v);
-                acc += taps[t * tap_step] * v;
-            }
-            memcpy(out + oy * g->ow + ox0, &acc, (size_t)CD_MIN(DW_LANES, g->ow - ox0) * sizeof(float));
+    for (int64_t r0 = 0; r0 < runs; r0 += DW_RUNS) {
+        const float *base[DW_RUNS];
+        int64_t at[DW_RUNS], len[DW_RUNS];
+        for (int k = 0; k < DW_RUNS; k++) { /* past the last run: the last again, not stored */
+            const int64_t run = CD_MIN(r0 + k, runs - 1), oy = run / chunks, ox0 = run % chunks * DW_LANES;
+            base[k] = scratch + oy * g->sh * pstride + ox0;
+            at[k] = oy * g->ow + ox0;
+            len[k] = r0 + k < runs ? CD_MIN(DW_LANES, g->ow - ox0) : 0;
         }
+        vec a0 = (vec){0} + bias, a1 = a0, a2 = a0, a3 = a0, v0, v1, v2, v3;
+        for (int64_t t = 0; t < ntaps; t++) {
+            const float w = taps[t * tap_step];
+            const int64_t o = offset[t];
+            memcpy(&v0, base[0] + o, sizeof v0);
+            memcpy(&v1, base[1] + o, sizeof v1);
+            memcpy(&v2, base[2] + o, sizeof v2);
+            memcpy(&v3, base[3] + o, sizeof v3);
+            a0 += w * v0;
+            a1 += w * v1;
+            a2 += w * v2;
+            a3 += w * v3;
+        }
+        memcpy(out + at[0], &a0, (size_t)len[0] * sizeof(float));
+        memcpy(out + at[1], &a1, (size_t)len[1] * sizeof(float));
+        memcpy(out + at[2], &a2, (size_t)len[2] * sizeof(float));
+        memcpy(out + at[3], &a3, (size_t)len[3] * sizeof(float));
     }
+}
+
+/* Floats of scratch dw_block needs. */
+static int64_t PANELS_NAME(dw_block_scratch)(const cd_dw_geom *g) {
+    return ((g->h + 2 * g->ph) * (g->w + 2 * g->pw) + g->kh * g->kw) * DW_LANES;
+}
+
+/* Up to DW_LANES small planes at once, vectors along the channels: the planes
+ * go zero-padded into a channels-last buffer (lane l = plane l), the taps
+ * beside them, and each output pixel of all the planes is one run of
+ * multiply-adds. Plane l is x + l * xs_c, its taps taps + l * ch_step (tap t
+ * at t * tap_step), its output out + l * oh * ow. */
+static void PANELS_NAME(dw_block)(const cd_dw_geom *g, const float *x, int64_t xs_c, int64_t planes,
+                                  const float *taps, int64_t ch_step, int64_t tap_step, const float *bias,
+                                  float *out, float *scratch) {
+    typedef PANELS_NAME(dw_vec) vec;
+    const int64_t pw_ = g->w + 2 * g->pw, ph_ = g->h + 2 * g->ph, ntaps = g->kh * g->kw, n = g->oh * g->ow;
+    float *pad = scratch, *w = scratch + ph_ * pw_ * DW_LANES;
+    memset(pad, 0, (size_t)(ph_ * pw_ * DW_LANES) * sizeof(float));
+    memset(w, 0, (size_t)(ntaps * DW_LANES) * sizeof(float));
+    vec init = (vec){0};
+    for (int64_t l = 0; l < planes; l++) {
+        const float *plane = x + l * xs_c;
+        for (int64_t y = 0; y < g->h; y++)
+            for (int64_t xx = 0; xx < g->w; xx++)
+                pad[((y + g->ph) * pw_ + xx + g->pw) * DW_LANES + l] = plane[y * g->xs_h + xx * g->xs_w];
+        for (int64_t t = 0; t < ntaps; t++) w[t * DW_LANES + l] = taps[l * ch_step + t * tap_step];
+        if (bias) init[l] = bias[l];
+    }
+    for (int64_t oy = 0; oy < g->oh; oy++)
+        for (int64_t ox = 0; ox < g->ow; ox++) {
+            vec acc = init;
+            for (int64_t i = 0; i < g->kh; i++) {
+                const float *row = pad + ((oy * g->sh + i * g->dh) * pw_ + ox * g->sw) * DW_LANES;
+                for (int64_t j = 0; j < g->kw; j++) {
+                    vec v, wv;
+                    memcpy(&v, row + j * g->dw * DW_LANES, sizeof v);
+                    memcpy(&wv, w + (i * g->kw + j) * DW_LANES, sizeof wv);
+                    acc += wv * v;
+                }
+            }
+            for (int64_t l = 0; l < planes; l++) out[l * n + oy * g->ow + ox] = acc[l];
+        }
 }
 
 static void PANELS_NAME(epilogue)(float *restrict y, int64_t n, const float *restrict res, const cd_act *act) {
@@ -106,5 +169,7 @@ static void PANELS_NAME(epilogue)(float *restrict y, int64_t n, const float *res
 static void PANELS_NAME(fill_panels)(cd_isa_ops *ops) {
     ops->dw_plane_f32 = PANELS_NAME(dw_plane);
     ops->dw_scratch_f32 = PANELS_NAME(dw_scratch);
+    ops->dw_block_f32 = PANELS_NAME(dw_block);
+    ops->dw_block_scratch_f32 = PANELS_NAME(dw_block_scratch);
     ops->epilogue_f32 = PANELS_NAME(epilogue);
 }
