@@ -489,7 +489,9 @@ def fuse_layer_norm(g: Graph, step) -> bool:
     return True
 
 
-#: the rewrites, in the order they are tried on each step
+#: onnxruntime's basic level: rewrites that only fold constants into a node
+BASIC_RULES = (fold_conv_affine,)
+#: every rewrite, in the order they are tried on each step
 RULES = (fold_conv_affine, fuse_layer_norm, fuse_attention, fuse_conv, fuse_conv_affine_after, fuse_linear, fuse_gelu)
 
 

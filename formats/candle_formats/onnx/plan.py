@@ -30,13 +30,15 @@ from onnx import AttributeProto, GraphProto, NodeProto
 from .dtypes import UnsupportedTypeError, from_numpy_dtype, onnx_type
 from .errors import NodeError, RunInterruptedError, UnsupportedNodeError
 from .functions import body_opsets, inline, schema_function
-from .fusion import Graph, drop_identities, fuse
+from .fusion import BASIC_RULES, RULES, Graph, drop_identities, fuse
 from .host_shapes import hoist
 from .registry import MS_DOMAIN, Node, canonical_domain, resolve
 
 #: the first element of the keys of packed weights in a plan's constants (the others: the
 #: weight's name, the pack hook, the node's groups)
 PACKED = "packed"
+#: onnxruntime's ORT_ENABLE_EXTENDED: the level from which every fusion runs and weights are packed
+EXTENDED = 2
 
 
 class Step:
@@ -184,14 +186,14 @@ class Compiler:
     tensor the evaluator holds."""
 
     def __init__(self, opsets: dict[str, int], device, functions: dict, tensor: Callable,
-                 to_device: Callable, fold: bool = True, optimize: bool = True):
+                 to_device: Callable, fold: bool = True, level: int = 99):
         self.opsets = {canonical_domain(d): v for d, v in opsets.items()}
         self.device = device
         self.functions = functions   # (domain, name) -> FunctionProto
         self.tensor = tensor
         self.to_device = to_device
         self.fold = fold
-        self.optimize = optimize     # fusions (fusion.py) and packed weights
+        self.level = level           # onnxruntime's optimization level: the fusions (fusion.py) and packing
         self._fused = itertools.count()
 
     def graph(self, graph: GraphProto, outer_types: dict | None = None, opsets: dict | None = None) -> Plan:
@@ -222,10 +224,10 @@ class Compiler:
             else:
                 steps.append(step)
         outputs = [vi.name for vi in graph.output]
-        if self.optimize:
+        if self.level > 0:
             steps = self._fuse(steps, constants, types, outputs, opsets)
         steps = _live_steps(steps, outputs)
-        packed = _pack(steps, constants) if self.optimize else {}
+        packed = _pack(steps, constants) if self.level >= EXTENDED else {}
         host_constants, host_keys = hoist(steps, constants, outputs)
         needed = {n for s in steps for n in s.reads} | set(outputs)
         constants = {n: v for n, v in constants.items() if n in needed}
@@ -321,7 +323,8 @@ class Compiler:
             proto = onnx.helper.make_node(op_type, inputs, outputs, name=like.node.name, domain=domain, **attrs)
             return self._step(proto, opsets, types)
 
-        return fuse(Graph(steps, constants, keep, make_step, add_constant))
+        return fuse(Graph(steps, constants, keep, make_step, add_constant),
+                    RULES if self.level >= EXTENDED else BASIC_RULES)
 
     # ---- folding ----
     def _foldable(self, step: Step, constants: dict) -> bool:
