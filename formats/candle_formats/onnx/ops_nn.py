@@ -9,6 +9,7 @@ from the full output (ConvTranspose).
 from __future__ import annotations
 
 
+import candle_api as c
 from candle_api.ops import panels
 
 from .ops_tensor import pad
@@ -173,3 +174,22 @@ def conv_transpose_op(node, x, w, bias=None):
     begin, target, strides, dilations, full = _transpose_params(node, x, w)
     y = conv_transpose(x, w, begin, target, strides, dilations, full, node.get("group", 1))
     return _with_bias(y, bias)
+
+
+@op("CausalConvWithState", since=27)
+def causal_conv_with_state(node, x, w, bias=None, past_state=None):
+    """A depthwise 1-d convolution over the past state and the input, and the new
+    state (the last k - 1 positions it saw), for streaming convolutions."""
+    act = node.get("activation", "none")
+    if act not in ("none", "silu", "swish") or x.rank != 3 or w.rank != 3:
+        raise node.fail(f"needs a (batch, channels, length) input and (channels, 1, k) weight, activation "
+                        f"none, silu or swish; got {x.shape}, {w.shape}, {act!r}")
+    batch, channels, _ = x.shape
+    k = w.shape[2]
+    if past_state is None:
+        past_state = c.zeros((batch, channels, k - 1), dtype=x.dtype, device=x.device)
+    padded = c.cat([past_state, x], 2)
+    y = _with_bias(conv(padded, w, [(0, 0)], [1], [1], channels), bias)
+    if act != "none":
+        y = y.to_dtype(c.f32).silu().to_dtype(x.dtype)
+    return y, padded.narrow(2, padded.shape[2] - (k - 1), k - 1)
