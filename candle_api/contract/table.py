@@ -207,6 +207,24 @@ ROWS: tuple = tuple([
               notes="out = act(conv2d(x, w) + bias + res) * scale + shift; wp = pack_panels of w (c_out, c_in / groups, kh, kw) "
                     "seen as (groups, c_out / groups, c_in / groups * kh * kw); params as conv2d's; bias None or "
                     "(c_out,) contiguous; res None or contiguous shaped as out"),
+    # ---- int8 products of quantized models (u8 activations, int8 weights packed once) -------------------
+    KernelRow("quantize_u8_params", "int8", "k(out, x, lx)", ("f32",), False, "min, max and arithmetic", since=3,
+              notes="out (2,) f32 = [scale, zero point] of ONNX DynamicQuantizeLinear over x contiguous: the range "
+                    "widened to include 0, scale (max - min) / 255 (1 for an all-zero x), zero point "
+                    "round_half_even(clamp(-min / scale, 0, 255)); a NaN in x raises"),
+    KernelRow("quantize_u8", "int8", "k(out, x, lx, params, lparams)", ("f32",), False,
+              "divide, round, add and clamp", since=3,
+              notes="out u8 = clamp(round_half_even(x / params[0]) + params[1], 0, 255), x contiguous"),
+    KernelRow("pack_int8_panels", "int8", "k(out, w, lw)", ("u8", "i16"), False, "reshape, transpose and sums",
+              since=3, notes="w (k, n) int8 weights (u8 stored minus 128; i16 holding -128..127) as s8 bytes in "
+                             "panels of 16 columns, each column's 4 consecutive k together: out u8 (ceil(n/16) * "
+                             "ceil(k/4) * 64 + ceil(n/16) * 64,), the int32 column sums after the panels"),
+    KernelRow("matmul_int8", "int8", "k(out, a, la, a_zp, la_zp, bp, lbp, b_zp, lb_zp, a_scale, la_scale, "
+              "b_scale, lb_scale, bias, lbias, n)", ("u8",), False, "the weights unpacked, a float64 matmul",
+              since=3, notes="out (..., n) = (a (..., k) u8 contiguous - a_zp) @ (B - b_zp), B = the packed "
+                             "weights: i32 without scales, else f32 times a_scale[0] * b_scale (one or n) plus "
+                             "bias (n); a_zp None or one u8, b_zp None, one or n i32 in the stored (signed) "
+                             "domain; k <= 65536; exact integer sums"),
     KernelRow("sgd_step", "optim", "k(p, lp, g, lg, buf, lbuf, lr, weight_decay, momentum, dampening, nesterov, "
               "first)", FLOATS, False, "the same update from elementwise ops",
               notes="writes p and buf; buf None without momentum"),

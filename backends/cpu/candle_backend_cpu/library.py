@@ -78,6 +78,11 @@ SIGNATURES = {
                                  c_double]),
     "cd_conv2d_panels": (c_int, [c_int32, c_char_p, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
                                  c_int32, c_double, c_double, c_double, c_double]),
+    "cd_quantize_u8_params": (c_int, [c_int64, c_void_p, c_void_p]),
+    "cd_quantize_u8": (c_int, [c_int64, c_void_p, c_void_p, c_void_p]),
+    "cd_pack_int8_panels": (c_int, [c_int32, c_char_p, c_void_p, c_void_p]),
+    "cd_matmul_int8": (c_int, [c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                               c_void_p]),
     "cd_random": (c_int, [c_int32, c_int32, c_int64, c_void_p, c_uint64, c_uint64, c_double, c_double]),
 }
 

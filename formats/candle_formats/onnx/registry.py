@@ -23,7 +23,7 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 MS_DOMAIN = "com.microsoft"
 _MODULES = ("ops_math", "ops_reduce", "ops_tensor", "ops_index", "ops_cast", "ops_nn", "ops_pool", "ops_norm",
             "ops_resize", "ops_rnn", "ops_attention", "ops_quant", "ops_control", "ops_sequence", "ops_random",
-            "ops_loss", "ops_contrib", "ops_fused", "ops_signal", "ops_vision")
+            "ops_loss", "ops_contrib", "ops_fused", "ops_signal", "ops_vision", "ops_qlstm")
 
 
 @dataclass(frozen=True)

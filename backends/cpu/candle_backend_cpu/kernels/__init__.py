@@ -19,9 +19,9 @@ from candle_api.contract import BY_NAME
 from candle_api.dtype import get_dtype
 
 from .. import library
-from . import conv, elementwise, fused, index, matmul, memory, optim, panels, quantized, reduce
+from . import conv, elementwise, fused, index, int8, matmul, memory, optim, panels, quantized, reduce
 
-FAMILIES = (elementwise, memory, reduce, matmul, index, conv, fused, optim, quantized, panels)
+FAMILIES = (elementwise, memory, reduce, matmul, index, conv, fused, optim, quantized, panels, int8)
 
 
 def build_kernels() -> dict:

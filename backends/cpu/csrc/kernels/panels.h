@@ -43,6 +43,13 @@ typedef int64_t cd_dw_scratch_fn(const cd_dw_geom *g);
 typedef void cd_dw_block_fn(const cd_dw_geom *g, const float *x, int64_t xs_c, int64_t planes, const float *taps,
                             int64_t ch_step, int64_t tap_step, const float *bias, float *out, float *scratch);
 
+/* C[i * ldc + j] (int32) = sum over the k = 4 * groups of A[i][p] * B[p][j] for
+ * i < mr (at most the set's int8_mr) and j < 16: A u8 rows (row stride lda,
+ * whole groups of 4), B one panel of cd_pack_int8_panels (s8, 64 bytes a
+ * group). Exact: no saturation. */
+typedef void cd_int8_tile_fn(int64_t groups, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c,
+                             int64_t ldc, int64_t mr);
+
 /* y = act(y + res) * scale + shift over n contiguous floats (res NULL: no residual). */
 typedef void cd_epilogue_fn(float *y, int64_t n, const float *res, const cd_act *act);
 

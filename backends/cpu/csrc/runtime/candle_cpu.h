@@ -252,6 +252,26 @@ CD_API int cd_conv2d_panels(int32_t dtype, const int64_t *p, const int64_t *lay,
                             const void *bias, const void *res, void *out, int32_t act, double alpha, double beta,
                             double scale, double shift);
 
+/* ---- int8 products of quantized models (kernels/int8.c) ---------------- */
+/* params = [scale, zero point] of the dynamic u8 quantization of n contiguous
+ * f32 values (ONNX DynamicQuantizeLinear: the range widened to include 0,
+ * scale 1 for a constant 0); q = saturate(round_half_even(x / scale) + zp). */
+CD_API int cd_quantize_u8_params(int64_t n, const float *x, float *params);
+CD_API int cd_quantize_u8(int64_t n, const float *x, const float *params, uint8_t *q);
+/* out: the int8 weights B (k x n, u8 (stored minus 128) or i16 holding -128..127)
+ * in panels of 16 columns, each column's 4 consecutive k in 32 bits:
+ * ceil(n/16) * ceil(k/4) * 64 bytes, then ceil(n/16) * 16 int32 column sums.
+ * lay = [k, n, B's two strides]. */
+CD_API int cd_pack_int8_panels(int32_t dtype, const int64_t *lay, const void *b, uint8_t *out);
+/* out (m x n) = (a - a_zp) @ (B - b_zp): int32 when a_scale is NULL, else f32
+ * times a_scale[0] * b_scale[j] (+ bias[j]). a: m rows of k u8 (row stride
+ * lda); a_zp NULL or one u8; bp from cd_pack_int8_panels; b_zp NULL, one or n
+ * int32 in the stored (signed) domain; desc = [m, n, k, lda, count of b_zp,
+ * count of b_scale]. k <= 65536. */
+CD_API int cd_matmul_int8(const int64_t *desc, const uint8_t *a, const uint8_t *a_zp, const void *bp,
+                          const int32_t *b_zp, const float *a_scale, const float *b_scale, const float *bias,
+                          void *out);
+
 /* ---- GGML block quantization ------------------------------------------ */
 /* nrows rows of ncols contiguous f32 values to and from contiguous blocks of
  * the GGML type `type` (ggml's type id: q4_0 = 2 ... q8_K = 15, iq4_nl = 20,

@@ -48,6 +48,9 @@ typedef struct {
     cd_dw_block_fn *dw_block_f32;
     cd_dw_scratch_fn *dw_block_scratch_f32;
     cd_epilogue_fn *epilogue_f32;
+    /* The tile of the int8 products (kernels/int8.c), at most int8_mr rows. */
+    cd_int8_tile_fn *tile_int8;
+    int64_t int8_mr;
     /* By ggml type id: rows decoded to f32 for the GEMM path (NULL: the type's own dequantizer); the
      * same values up to the rounding of a fused multiply-add. */
     cd_dequant_row_fn *qdecode[CD_QTYPE_COUNT];

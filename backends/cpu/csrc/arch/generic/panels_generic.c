@@ -1,5 +1,6 @@
-/* The portable tile of the products with packed weights (kernels/panels.c),
- * with the portable depthwise plane and epilogue (templates/panels_impl.h). */
+/* The portable tiles of the products with packed weights (kernels/panels.c,
+ * kernels/int8.c), with the portable depthwise plane and epilogue
+ * (templates/panels_impl.h). */
 #include "runtime/internal.h"
 #include "runtime/isa.h"
 
@@ -18,7 +19,20 @@ static void tile_generic(int64_t k, const float *a, int64_t a_row, int64_t a_ste
         }
 }
 
+static void tile_int8_generic(int64_t groups, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c,
+                              int64_t ldc, int64_t mr) {
+    for (int64_t i = 0; i < mr; i++)
+        for (int64_t j = 0; j < CD_PANEL; j++) {
+            int32_t s = 0;
+            for (int64_t g = 0; g < groups; g++)
+                for (int64_t q = 0; q < 4; q++) s += a[i * lda + 4 * g + q] * b[(g * CD_PANEL + j) * 4 + q];
+            c[i * ldc + j] = s;
+        }
+}
+
 void cd_panels_generic(cd_isa_ops *ops) {
+    ops->tile_int8 = tile_int8_generic;
+    ops->int8_mr = 4;
     ops->tile_f32 = tile_generic;
     ops->tile_mr = 4;
     ops->tile_nr = CD_PANEL;
