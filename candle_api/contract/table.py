@@ -205,7 +205,8 @@ ROWS: tuple = tuple([
               "k(out, x, lx, wp, lwp, bias, lbias, res, lres, params, act, alpha, beta, scale, shift)", ("f32",),
               False, "the weights unpacked, conv2d, add, the activation and affine", since=3,
               notes="out = act(conv2d(x, w) + bias + res) * scale + shift; wp = pack_panels of w (c_out, c_in / groups, kh, kw) "
-                    "seen as (groups, c_out / groups, c_in / groups * kh * kw); params as conv2d's; bias None or "
+                    "seen as (groups, c_out / groups, c_in / groups * kh * kw), or for a depthwise w (one input and "
+                    "one output channel per group) as (1, c_out, kh * kw); params as conv2d's; bias None or "
                     "(c_out,) contiguous; res None or contiguous shaped as out"),
     # ---- int8 products of quantized models (u8 activations, int8 weights packed once) -------------------
     KernelRow("quantize_u8_params", "int8", "k(out, x, lx)", ("f32",), False, "min, max and arithmetic", since=3,

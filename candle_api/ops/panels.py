@@ -149,13 +149,13 @@ def conv2d_panels(x: Tensor, wp: Tensor, kernel_shape: tuple, bias=None, residua
                   dilation=1, groups: int = 1, act: str = "none", alpha: float = 0.0, beta: float = 0.0,
                   scale: float = 1.0, shift: float = 0.0) -> Tensor:
     """act(conv2d(x, w) + bias + residual) * scale + shift for w of kernel_shape (cout, cin / groups,
-    kh, kw) and wp = pack_panels(w seen as (groups, cout / groups, cin / groups * kh * kw))."""
+    kh, kw) and wp = conv_weights(w, groups)."""
     check_tensor("conv2d_panels", wp, "packed weights")
     _f32("conv2d_panels", x, wp, bias, residual)
     x, unbatched, params = conv_params("conv2d_panels", x, tuple(kernel_shape), padding, stride, dilation, groups)
     same_device("conv2d_panels", x, wp)
     cout, cin_g, kh, kw = kernel_shape
-    expected = (groups, -(-(cout // groups) // PANEL), cin_g * kh * kw, PANEL)
+    expected = _packed_conv_shape(kernel_shape, groups)
     if wp.shape != expected:
         raise ShapeError(f"conv2d_panels: packed weights {wp.shape}, expected {expected} for {kernel_shape} "
                          f"in {groups} group(s)")
@@ -184,7 +184,8 @@ def _conv_prepare(x, wp, bias, res, params, act, alpha, beta, scale, shift):
 
 def _conv_decomposed(x, wp, bias, res, params, act, alpha, beta, scale, shift):
     b, cin, h, w, cout, kh, kw, sh, sw, ph, pw, dh, dw, groups = params[:14]
-    weights = unpack_panels(wp, cout // groups).reshape(cout, cin // groups, kh, kw)
+    rows = cout if _depthwise(cin // groups, cout // groups) else cout // groups
+    weights = unpack_panels(wp, rows).reshape(cout, cin // groups, kh, kw)
     y = conv2d(x, weights, (ph, pw), (sh, sw), (dh, dw), groups)
     if bias is not None:
         y = y + bias.reshape(1, cout, 1, 1)
@@ -194,9 +195,25 @@ def _conv_decomposed(x, wp, bias, res, params, act, alpha, beta, scale, shift):
     return y if scale == 1.0 and shift == 0.0 else y * scale + shift
 
 
+def _depthwise(cin_g: int, cout_g: int) -> bool:
+    return cin_g == 1 and cout_g == 1
+
+
+def _packed_conv_shape(kernel_shape: tuple, groups: int) -> tuple:
+    cout, cin_g, kh, kw = kernel_shape
+    if _depthwise(cin_g, cout // groups):
+        return (1, -(-cout // PANEL), kh * kw, PANEL)
+    return (groups, -(-(cout // groups) // PANEL), cin_g * kh * kw, PANEL)
+
+
 def conv_weights(w: Tensor, groups: int) -> Tensor:
-    """A conv kernel (cout, cin / groups, kh, kw) as conv2d_panels takes it."""
+    """A conv kernel (cout, cin / groups, kh, kw) as conv2d_panels takes it: each group's
+    (cout / groups, cin / groups * kh * kw) matrix packed, or for a depthwise kernel (one
+    input and one output channel per group) the (cout, kh * kw) matrix of all channels, so
+    that sixteen channels' taps lie side by side."""
     cout = w.shape[0]
+    if _depthwise(w.shape[1], cout // groups):
+        return pack_panels(w.reshape(1, cout, math.prod(w.shape[2:])))
     return pack_panels(w.reshape(groups, cout // groups, math.prod(w.shape[1:])))
 
 

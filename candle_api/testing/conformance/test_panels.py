@@ -129,7 +129,8 @@ CONV_CASES = [  # (batch, cin, h, w, cout, kh, kw, stride, pad, dilation, groups
     (1, 18, 5, 5, 18, 3, 3, (2, 2), (1, 1), (2, 1), 18),     # the same, strided and dilated
     (1, 32, 6, 9, 40, 1, 1, (1, 1), (0, 0), (1, 1), 1),      # pointwise, the image read in place
     (1, 40, 2, 3, 33, 1, 1, (1, 1), (0, 0), (1, 1), 1),      # fewer pixels than lanes: transposed
-    (1, 4, 1, 100, 6, 1, 5, (1, 1), (0, 4), (1, 2), 1),      # 1-d, dilated
+    (1, 4, 1, 100, 6, 1, 5, (1, 1), (0, 4), (1, 2), 1),      # 1-d, dilated: the taps read the padded rows
+    (2, 12, 10, 37, 20, 3, 3, (2, 1), (1, 2), (1, 2), 2),    # the same with groups and a row stride
     (1, 5, 4, 4, 7, 4, 4, (1, 1), (0, 0), (1, 1), 1),        # one output pixel
 ]
 
@@ -157,7 +158,7 @@ def test_conv2d_panels(candle_device, case, act):
 def test_conv2d_panels_strided_input(candle_device):
     device = get_device(candle_device)
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((1, 6, 10, 12)).astype(np.float32)
+    x = rng.standard_normal((1, 6, 10, 20)).astype(np.float32)
     w = rng.standard_normal((8, 6, 3, 3)).astype(np.float32)
     view = _tensor(device, x.transpose(0, 1, 3, 2)).transpose(2, 3)  # width-major memory
     y = panels.conv2d_panels(view, panels.conv_weights(_tensor(device, w), 1), w.shape, padding=1).numpy()

@@ -19,12 +19,14 @@ typedef struct {
 
 /* C[i * ldc + j] = bias + sum_p A(i, p) * B(p, j) for i < mr, j < nr (at most the
  * set's tile), where A(i, p) = a[i * a_row + p * a_step] and B(p, j) =
- * b[p * b_step + (j / 16) * b_blk + j % 16]: one operand is a panel of
- * cd_pack_panels, the other is read in place (B's columns past nr are never read).
- * bias: row_bias[i] when row_bias, col_bias[j] when col_bias, else 0. */
-typedef void cd_tile_fn(int64_t k, const float *a, int64_t a_row, int64_t a_step, const float *b, int64_t b_step,
-                        int64_t b_blk, float *c, int64_t ldc, int64_t mr, int64_t nr, const float *row_bias,
-                        const float *col_bias);
+ * b[b_rows[p] + (j / 16) * b_blk + j % 16]: one operand is a panel of
+ * cd_pack_panels, the other is read in place (B's columns past nr are never read);
+ * B's rows are found through a table, so that they may be the rows of an image
+ * a convolution's taps read (no im2col). bias: row_bias[i] when row_bias,
+ * col_bias[j] when col_bias, else 0. */
+typedef void cd_tile_fn(int64_t k, const float *a, int64_t a_row, int64_t a_step, const float *b,
+                        const int64_t *b_rows, int64_t b_blk, float *c, int64_t ldc, int64_t mr, int64_t nr,
+                        const float *row_bias, const float *col_bias);
 
 /* The geometry of one plane of a depthwise convolution. */
 typedef struct {

@@ -188,7 +188,23 @@ typedef struct {
     const int64_t *xs;
     const char *x;
     char *out;
+    const int64_t *cols; /* nearest, 4-byte values: each output column's source offset (xs[3] applied) */
 } up_ctx;
+
+/* Nearest, 4-byte values: a row is gathered through the column table, and a row whose
+ * source row is the previous one's (an upsampling repeats rows) is copied from it. */
+static void up_nearest_rows(const up_ctx *u, int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; r++) { /* r = (batch * c + channel) * oh + oy */
+        const int64_t oy = r % u->oh, bc = r / u->oh, y = oy * u->h / u->oh;
+        uint32_t *dst = (uint32_t *)u->out + r * u->ow;
+        if (oy > 0 && r > begin && (oy - 1) * u->h / u->oh == y) {
+            memcpy(dst, dst - u->ow, (size_t)u->ow * sizeof(uint32_t));
+            continue;
+        }
+        const uint32_t *src = (const uint32_t *)u->x + bc / u->c * u->xs[0] + bc % u->c * u->xs[1] + y * u->xs[2];
+        for (int64_t ox = 0; ox < u->ow; ox++) dst[ox] = src[u->cols[ox]];
+    }
+}
 
 static void source(int mode, int64_t dst, int64_t in, int64_t out, int64_t *i0, int64_t *i1, double *f) {
     double s;
@@ -208,6 +224,10 @@ static void source(int mode, int64_t dst, int64_t in, int64_t out, int64_t *i0, 
 
 static int up_task(void *vctx, int64_t begin, int64_t end) {
     const up_ctx *u = vctx;
+    if (u->cols) {
+        up_nearest_rows(u, begin, end);
+        return 0;
+    }
     for (int64_t r = begin; r < end; r++) { /* r = (batch * c + channel) * oh + oy */
         int64_t oy = r % u->oh, bc = r / u->oh, ch = bc % u->c, bi = bc / u->c;
         int64_t base = bi * u->xs[0] + ch * u->xs[1];
@@ -239,9 +259,17 @@ int cd_upsample2d(int32_t dtype, int32_t mode, const int64_t *q, const int64_t *
     if (mode < 0 || mode > 2) return cd_fail("bad upsample mode %d", mode);
     if (dtype == CD_i64) return cd_fail("upsampling is not implemented for i64");
     if (mode != 0 && !cd_dtype_is_float(dtype)) return cd_fail("bilinear upsampling needs a float dtype");
-    up_ctx u = {dtype, mode, q[0], q[1], q[2], q[3], q[4], q[5], lay, x, out};
+    up_ctx u = {dtype, mode, q[0], q[1], q[2], q[3], q[4], q[5], lay, x, out, NULL};
     if (u.h < 1 || u.w < 1 || u.oh < 0 || u.ow < 0) return cd_fail("bad upsample sizes");
     int64_t rows = u.b * u.c * u.oh;
     if (rows == 0 || u.ow == 0) return 0;
-    return cd_parallel_for(rows, CD_MAX(1, CD_GRAIN / u.ow), up_task, &u);
+    int64_t *cols = NULL;
+    if (mode == 0 && cd_dtype_size(dtype) == 4) { /* the source column of floor(dst * in / out), in integers */
+        if (!(cols = cd_scratch(u.ow * (int64_t)sizeof(int64_t)))) return -1;
+        for (int64_t ox = 0; ox < u.ow; ox++) cols[ox] = ox * u.w / u.ow * lay[3];
+        u.cols = cols;
+    }
+    int rc = cd_parallel_for(rows, CD_MAX(1, CD_GRAIN / u.ow), up_task, &u);
+    cd_scratch_free(cols);
+    return rc;
 }

@@ -245,9 +245,10 @@ CD_API int cd_pack_panels(int32_t dtype, const int64_t *lay, const void *w, void
 CD_API int cd_linear_panels(int32_t dtype, const int64_t *desc, const void *x, const void *wp, const void *bias,
                             void *out, int32_t act, double alpha, double beta);
 /* out = act(conv2d(x, w) + bias + res) * scale + shift for wp = cd_pack_panels of
- * each group's (c_out / groups) x (c_in / groups * kh * kw) matrix of w; p as for
- * cd_conv2d; lay = x's four strides; bias NULL or c_out values; res NULL or
- * contiguous shaped as out. */
+ * each group's (c_out / groups) x (c_in / groups * kh * kw) matrix of w (of the
+ * c_out x (kh * kw) matrix of all channels for a depthwise w: one input and one
+ * output channel per group); p as for cd_conv2d; lay = x's four strides; bias
+ * NULL or c_out values; res NULL or contiguous shaped as out. */
 CD_API int cd_conv2d_panels(int32_t dtype, const int64_t *p, const int64_t *lay, const void *x, const void *wp,
                             const void *bias, const void *res, void *out, int32_t act, double alpha, double beta,
                             double scale, double shift);

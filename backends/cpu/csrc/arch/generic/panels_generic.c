@@ -7,14 +7,14 @@
 #define PANELS_NAME(name) name##_generic
 #include "templates/panels_impl.h"
 
-static void tile_generic(int64_t k, const float *a, int64_t a_row, int64_t a_step, const float *b, int64_t b_step,
-                         int64_t b_blk, float *c, int64_t ldc, int64_t mr, int64_t nr, const float *row_bias,
-                         const float *col_bias) {
+static void tile_generic(int64_t k, const float *a, int64_t a_row, int64_t a_step, const float *b,
+                         const int64_t *b_rows, int64_t b_blk, float *c, int64_t ldc, int64_t mr, int64_t nr,
+                         const float *row_bias, const float *col_bias) {
     for (int64_t i = 0; i < mr; i++)
         for (int64_t j = 0; j < nr; j++) {
             float acc = row_bias ? row_bias[i] : col_bias ? col_bias[j] : 0.0f;
             const float *bj = b + (j / CD_PANEL) * b_blk + j % CD_PANEL;
-            for (int64_t p = 0; p < k; p++) acc += a[i * a_row + p * a_step] * bj[p * b_step];
+            for (int64_t p = 0; p < k; p++) acc += a[i * a_row + p * a_step] * bj[b_rows[p]];
             c[i * ldc + j] = acc;
         }
 }

@@ -20,7 +20,7 @@
 
 static inline __attribute__((always_inline)) void tile_body(const int MR, const int NV, int64_t k, const float *a,
                                                             int64_t a_row, int64_t a_step, const float *b,
-                                                            int64_t b_step, int64_t b_blk, float *c, int64_t ldc,
+                                                            const int64_t *b_rows, int64_t b_blk, float *c, int64_t ldc,
                                                             __mmask16 m0, __mmask16 m1, const float *row_bias,
                                                             const float *col_bias) {
     __m512 init0 = _mm512_setzero_ps(), init1 = init0;
@@ -34,7 +34,7 @@ static inline __attribute__((always_inline)) void tile_body(const int MR, const 
     ROWS(INIT)
 #undef INIT
     for (int64_t p = 0; p < k; p++) {
-        const float *bp = b + p * b_step;
+        const float *bp = b + b_rows[p];
         const __m512 b0 = _mm512_maskz_loadu_ps(m0, bp);
         const __m512 b1 = NV > 1 ? _mm512_maskz_loadu_ps(m1, bp + b_blk) : b0;
         const float *ap = a + p * a_step;
@@ -58,15 +58,15 @@ static inline __attribute__((always_inline)) void tile_body(const int MR, const 
 
 #define TILE(MR, NV)                                                                                           \
     static void tile_##MR##_##NV(int64_t k, const float *a, int64_t a_row, int64_t a_step, const float *b,     \
-                                 int64_t b_step, int64_t b_blk, float *c, int64_t ldc, __mmask16 m0,           \
+                                 const int64_t *b_rows, int64_t b_blk, float *c, int64_t ldc, __mmask16 m0,    \
                                  __mmask16 m1, const float *row_bias, const float *col_bias) {                \
-        tile_body(MR, NV, k, a, a_row, a_step, b, b_step, b_blk, c, ldc, m0, m1, row_bias, col_bias);         \
+        tile_body(MR, NV, k, a, a_row, a_step, b, b_rows, b_blk, c, ldc, m0, m1, row_bias, col_bias);         \
     }
 #define TILES(MR) TILE(MR, 1) TILE(MR, 2)
 TILES(1) TILES(2) TILES(3) TILES(4) TILES(5) TILES(6) TILES(7) TILES(8)
 
-typedef void tile_fixed(int64_t, const float *, int64_t, int64_t, const float *, int64_t, int64_t, float *, int64_t,
-                        __mmask16, __mmask16, const float *, const float *);
+typedef void tile_fixed(int64_t, const float *, int64_t, int64_t, const float *, const int64_t *, int64_t, float *,
+                        int64_t, __mmask16, __mmask16, const float *, const float *);
 static tile_fixed *const TILES_BY_SHAPE[MR_MAX][2] = {
     {tile_1_1, tile_1_2}, {tile_2_1, tile_2_2}, {tile_3_1, tile_3_2}, {tile_4_1, tile_4_2},
     {tile_5_1, tile_5_2}, {tile_6_1, tile_6_2}, {tile_7_1, tile_7_2}, {tile_8_1, tile_8_2},
@@ -74,11 +74,11 @@ static tile_fixed *const TILES_BY_SHAPE[MR_MAX][2] = {
 
 static __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
 
-static void tile_avx512(int64_t k, const float *a, int64_t a_row, int64_t a_step, const float *b, int64_t b_step,
-                        int64_t b_blk, float *c, int64_t ldc, int64_t mr, int64_t nr, const float *row_bias,
-                        const float *col_bias) {
+static void tile_avx512(int64_t k, const float *a, int64_t a_row, int64_t a_step, const float *b,
+                        const int64_t *b_rows, int64_t b_blk, float *c, int64_t ldc, int64_t mr, int64_t nr,
+                        const float *row_bias, const float *col_bias) {
     const int nv = nr > 16 ? 2 : 1;
-    TILES_BY_SHAPE[mr - 1][nv - 1](k, a, a_row, a_step, b, b_step, b_blk, c, ldc, lanes(nr), lanes(nr - 16),
+    TILES_BY_SHAPE[mr - 1][nv - 1](k, a, a_row, a_step, b, b_rows, b_blk, c, ldc, lanes(nr), lanes(nr - 16),
                                    row_bias, col_bias);
 }
 
