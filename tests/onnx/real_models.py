@@ -52,11 +52,12 @@ class RealModel:
         return self.make_inputs(np.random.default_rng(0))
 
 
-def evaluate(model: RealModel, session) -> dict[str, np.ndarray]:
-    """{output name: array} of the model on its inputs (for a streaming model,
-    the per-frame outputs stacked and the last state)."""
+def evaluate(model: RealModel, session, feeds: dict | None = None) -> dict[str, np.ndarray]:
+    """{output name: array} of the model on its inputs (``feeds``, else
+    model.inputs()); for a streaming model, the per-frame outputs stacked and
+    the last state."""
     names = [o.name for o in session.get_outputs()]
-    feeds = model.inputs()
+    feeds = dict(feeds) if feeds is not None else model.inputs()
     if not model.frames:
         return dict(zip(names, session.run(None, feeds)))
     per_frame = []

@@ -9,6 +9,8 @@ from the full output (ConvTranspose).
 from __future__ import annotations
 
 
+import math
+
 import candle_api as c
 from candle_api.ops import panels
 
@@ -169,8 +171,42 @@ def _transpose_full(x, w, strides, dilations, groups):
     return total
 
 
-@op("ConvTranspose")
+def _tiles_blocks(node, kernel) -> bool:
+    """Whether a ConvTranspose puts one kernel-sized block per input pixel with no overlap
+    (stride = kernel, no padding, dilation or output padding, one group)."""
+    n = len(kernel)
+    return (list(node.get("strides") or [1] * n) == list(kernel) and not any(node.get("pads") or [])
+            and all(d == 1 for d in node.get("dilations") or [1]) and not any(node.get("output_padding") or [])
+            and not node.get("output_shape") and node.get("auto_pad", "NOTSET") == "NOTSET"
+            and node.get("group", 1) == 1)
+
+
+def _pack_blocks(node, index: int, w):
+    """A 2-d ConvTranspose weight (cin, cout, kh, kw) whose blocks do not overlap, as the
+    panels of (cout * kh * kw) x cin: the convolution is then one product per pixel."""
+    if index != 1 or w.dtype != c.f32 or w.rank != 4 or not _tiles_blocks(node, w.shape[2:]):
+        return None
+    return Panels(panels.pack_panels(w.reshape(w.shape[0], -1).t()), w.shape)
+
+
+def _blocks(x, w: Panels, bias):
+    """Each input pixel's block: x (n, cin, h, w) @ W (cin, cout * kh * kw), blocks put in place."""
+    n, cin, h, wd = x.shape
+    cout, kh, kw = w.shape[1:]
+    pixels = x.reshape(n, cin, h * wd).transpose(1, 2)
+    if bias is not None:
+        bias = bias.reshape(cout, 1).broadcast_as((cout, kh * kw)).contiguous().reshape(-1)
+    y = panels.linear_panels(pixels, w.tensor, cout * kh * kw, bias)     # (n, h * w, cout * kh * kw)
+    y = y.reshape(n, h, wd, cout, kh, kw).permute(0, 3, 1, 4, 2, 5)
+    return y.contiguous().reshape(n, cout, h * kh, wd * kw)
+
+
+@op("ConvTranspose", pack=_pack_blocks)
 def conv_transpose_op(node, x, w, bias=None):
+    if isinstance(w, Panels):
+        if x.rank == 4 and x.dtype == c.f32:
+            return _blocks(x, w, bias)
+        w = panels.unpack_panels(w.tensor, math.prod(w.shape[1:]))[0].t().reshape(w.shape)
     begin, target, strides, dilations, full = _transpose_params(node, x, w)
     y = conv_transpose(x, w, begin, target, strides, dilations, full, node.get("group", 1))
     return _with_bias(y, bias)
