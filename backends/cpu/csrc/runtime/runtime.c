@@ -288,6 +288,12 @@ void cd_iter_advance(const cd_iter *it, cd_pos *pos, int64_t steps) {
 }
 
 void cd_gather_run(int isz, int64_t n, const char *src, int64_t stride, char *dst) {
+    if (stride == 0 && isz == 4) { /* a broadcast value (a per-channel scale, say): a fill */
+        uint32_t v;
+        memcpy(&v, src, sizeof v);
+        for (int64_t i = 0; i < n; i++) ((uint32_t *)dst)[i] = v;
+        return;
+    }
     switch (isz) {
     case 1: for (int64_t i = 0; i < n; i++) dst[i] = src[i * stride]; break;
     case 2: for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = ((const uint16_t *)src)[i * stride]; break;

@@ -72,7 +72,7 @@ static tile_fixed *const TILES_BY_SHAPE[MR_MAX][2] = {
     {tile_5_1, tile_5_2}, {tile_6_1, tile_6_2}, {tile_7_1, tile_7_2}, {tile_8_1, tile_8_2},
 };
 
-static __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+static __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 
 static void tile_avx512(int64_t k, const float *a, int64_t a_row, int64_t a_step, const float *b,
                         const int64_t *b_rows, int64_t b_blk, float *c, int64_t ldc, int64_t mr, int64_t nr,
