@@ -138,6 +138,11 @@ def test_attention_written_out(masked):
     check(data, feeds, ["Transpose", "ScaledDotProductAttention"])
 
 
+def _batch_norm_inits(channels: int) -> dict:
+    return {"gamma": randn(channels), "beta": randn(channels), "mean": randn(channels),
+            "var": (RNG.random(channels) + 0.5).astype(np.float32)}
+
+
 def test_conv_transpose_of_blocks_takes_one_product_per_pixel():
     inits = {"w": randn(4, 3, 2, 2), "b": randn(3)}
     nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["out"], strides=[2, 2])]
@@ -152,6 +157,19 @@ def test_conv_transpose_of_blocks_takes_one_product_per_pixel():
             want[:, :, i::2, j::2] = np.einsum("nchw,co->nohw", x, inits["w"][:, :, i, j])
     np.testing.assert_allclose(got, want + inits["b"].reshape(1, 3, 1, 1), rtol=1e-5, atol=1e-5)
     check(data, X, ["ConvTranspose"])
+
+
+@pytest.mark.parametrize("strides,group", [([2, 3], 1), ([2, 2], 2)])
+def test_conv_transpose_bias_batch_norm_relu(strides, group):
+    """ConvTranspose, a per-channel Add, BatchNormalization and Relu (PP-OCR's detector head): the
+    constants fold into the weights and bias, the activation into one FusedConvTranspose (non-overlapping
+    blocks on the packed product, grouped ones on the ordinary path)."""
+    inits = {"w": randn(4, 6 // group, 2, 3), "b": randn(1, 6, 1, 1), **_batch_norm_inits(6)}
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["t"], strides=strides, group=group),
+             helper.make_node("Add", ["t", "b"], ["tb"]),
+             helper.make_node("BatchNormalization", ["tb", "gamma", "beta", "mean", "var"], ["n"]),
+             helper.make_node("Relu", ["n"], ["out"])]
+    check(_model(nodes, {"x": 4}, "out", inits), X, ["FusedConvTranspose"], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("transform,rounding,repeats", [("asymmetric", "floor", True),

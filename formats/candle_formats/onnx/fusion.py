@@ -2,15 +2,16 @@
 before they run, done to the planned steps of a graph.
 
 - Identity nodes go (their readers read the value itself).
-- A Conv followed by a BatchNormalization, or by a per-channel Mul and Add
-  with constants (what exporters write for a folded batch norm), becomes one
-  Conv with new weights and bias.
+- A Conv or ConvTranspose followed by a BatchNormalization, or by a
+  per-channel Mul and Add with constants (what exporters write for a folded
+  batch norm), becomes one Conv or ConvTranspose with new weights and bias.
 - A Conv followed by an Add of another tensor (a residual) and an activation
   (Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, HardSwish
   written out as x * HardSigmoid(x) or x * Clip(x + 3, 0, 6) / 6, and Swish
   written out as x * Sigmoid(x))
   becomes one FusedConv (ai.candle's), which also takes a following Mul
-  and Add by scalar constants.
+  and Add by scalar constants; a ConvTranspose and an activation become one
+  FusedConvTranspose (ai.candle's).
 - A MatMul by a constant 2-d weight followed by the Add of a bias and an
   activation (GELU written out with Erf included) becomes one ai.candle
   Linear; a GELU written out elsewhere becomes com.microsoft Gelu.
@@ -155,6 +156,7 @@ def drop_identities(steps: list, keep: set) -> list:
 
 # ---- convolutions -------------------------------------------------------------------------------
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+_CONV_TRANSPOSE_ATTRS = _CONV_ATTRS + ("output_padding", "output_shape")
 
 
 def _channel_values(g: Graph, name: str, channels: int, rank: int) -> np.ndarray | None:
@@ -170,9 +172,20 @@ def _channel_values(g: Graph, name: str, channels: int, rank: int) -> np.ndarray
     return None
 
 
+def _scale_channels(w: np.ndarray, scale, transposed: bool, groups: int) -> np.ndarray:
+    """A Conv (cout, ...) or ConvTranspose (cin, cout / groups, ...) weight with each output channel scaled."""
+    scale = np.broadcast_to(np.asarray(scale, np.float64), (w.shape[1] * groups if transposed else w.shape[0],))
+    if not transposed:
+        return w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+    per_group = w.reshape((groups, -1) + w.shape[1:])
+    return (per_group * scale.reshape((groups, 1, -1) + (1,) * (w.ndim - 2))).reshape(w.shape)
+
+
 def fold_conv_affine(g: Graph, step) -> bool:
-    """Conv, then BatchNormalization or a per-channel Mul or Add by constants: one Conv."""
-    if not is_op(step, "Conv"):
+    """Conv or ConvTranspose, then BatchNormalization or a per-channel Mul or Add by
+    constants: one Conv or ConvTranspose."""
+    transposed = is_op(step, "ConvTranspose")
+    if not (is_op(step, "Conv") or transposed):
         return False
     w = g.const(step.inputs[1])
     bias_name = step.inputs[2] if len(step.inputs) > 2 else ""
@@ -182,7 +195,8 @@ def fold_conv_affine(g: Graph, step) -> bool:
     reader = g.sole_reader(step.outputs[0])
     if reader is None:
         return False
-    channels, rank = w.shape[0], w.ndim
+    groups = step.node.get("group", 1)
+    channels, rank = (w.shape[1] * groups if transposed else w.shape[0]), w.ndim
     b = bias.astype(np.float64) if bias is not None else np.zeros(channels)
     scale = shift = None
     if is_op(reader, "BatchNormalization") and len([o for o in reader.outputs if o]) == 1:
@@ -199,10 +213,11 @@ def fold_conv_affine(g: Graph, step) -> bool:
         scale, shift = (values, 0.0) if is_op(reader, "Mul") else (1.0, values)
     else:
         return False
-    new_w = (w.astype(np.float64) * np.reshape(scale, (-1,) + (1,) * (rank - 1))).astype(w.dtype)
+    new_w = _scale_channels(w.astype(np.float64), scale, transposed, groups).astype(w.dtype)
     new_b = (b * scale + shift).astype(w.dtype)
     inputs = [step.inputs[0], g.add_constant(new_w, step.inputs[1]), g.add_constant(new_b, bias_name or "bias")]
-    g.rewrite([step, reader], "Conv", "", inputs, _attrs(step.node, _CONV_ATTRS))
+    attrs = _attrs(step.node, _CONV_TRANSPOSE_ATTRS if transposed else _CONV_ATTRS)
+    g.rewrite([step, reader], step.node.op_type, "", inputs, attrs)
     return True
 
 
@@ -322,6 +337,19 @@ def fuse_conv(g: Graph, step) -> bool:
     while inputs and not inputs[-1]:
         inputs.pop()
     g.rewrite(steps, "FusedConv", CANDLE_DOMAIN, inputs, attrs)
+    return True
+
+
+def fuse_conv_transpose(g: Graph, step) -> bool:
+    """ConvTranspose + activation: one FusedConvTranspose."""
+    found = _activation(g, step.outputs[0]) if is_op(step, "ConvTranspose") else None
+    if found is None:
+        return False
+    chain, act, params = found
+    attrs = {**_attrs(step.node, _CONV_TRANSPOSE_ATTRS), "activation": act}
+    if params:
+        attrs["activation_params"] = [float(p) for p in params]
+    g.rewrite([step] + chain, "FusedConvTranspose", CANDLE_DOMAIN, list(step.inputs), attrs)
     return True
 
 
@@ -492,7 +520,8 @@ def fuse_layer_norm(g: Graph, step) -> bool:
 #: onnxruntime's basic level: rewrites that only fold constants into a node
 BASIC_RULES = (fold_conv_affine,)
 #: every rewrite, in the order they are tried on each step
-RULES = (fold_conv_affine, fuse_layer_norm, fuse_attention, fuse_conv, fuse_conv_affine_after, fuse_linear, fuse_gelu)
+RULES = (fold_conv_affine, fuse_layer_norm, fuse_attention, fuse_conv, fuse_conv_transpose, fuse_conv_affine_after,
+         fuse_linear, fuse_gelu)
 
 
 def fuse(g: Graph, rules=RULES) -> list:

@@ -4,6 +4,8 @@
   activation (packing.py): onnxruntime's com.microsoft op, and in the
   ``ai.candle`` domain with ``output_scale`` and ``output_shift`` applied
   after the activation (the affine a network may apply to a whole tensor).
+- ``ai.candle`` ``FusedConvTranspose``: ConvTranspose, its bias, then an
+  activation.
 - ``ai.candle`` ``Linear``: MatMul by a (k, n) weight, a bias and an
   activation, for any number of leading dims (Gemm is 2-d only).
 - ``ai.candle`` ``ScaledDotProductAttention``: softmax(Q @ K^T * scale +
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from candle_api.ops.attention import scaled_dot_product_attention
 
-from .ops_nn import conv_any
+from .ops_nn import conv_any, conv_transpose_any, pack_blocks
 from .packing import FUSED_ATTRIBUTES, matmul_any, pack_conv, pack_matmul
 from .registry import MS_DOMAIN, op
 
@@ -29,6 +31,11 @@ _CONV = {**FUSED_ATTRIBUTES, "auto_pad": "NOTSET", "group": 1}
 @op("FusedConv", domain=CANDLE_DOMAIN, defaults={**_CONV, "output_scale": 1.0, "output_shift": 0.0}, pack=pack_conv)
 def fused_conv(node, x, w, bias=None, z=None):
     return conv_any(node, x, w, bias, z)
+
+
+@op("FusedConvTranspose", domain=CANDLE_DOMAIN, defaults=FUSED_ATTRIBUTES, pack=pack_blocks)
+def fused_conv_transpose(node, x, w, bias=None):
+    return conv_transpose_any(node, x, w, bias)
 
 
 @op("Linear", domain=CANDLE_DOMAIN, defaults=FUSED_ATTRIBUTES, pack=pack_matmul)

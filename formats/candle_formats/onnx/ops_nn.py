@@ -181,35 +181,45 @@ def _tiles_blocks(node, kernel) -> bool:
             and node.get("group", 1) == 1)
 
 
-def _pack_blocks(node, index: int, w):
+def pack_blocks(node, index: int, w):
     """A 2-d ConvTranspose weight (cin, cout, kh, kw) whose blocks do not overlap, as the
-    panels of (cout * kh * kw) x cin: the convolution is then one product per pixel."""
+    weight of a 1x1 convolution with kw * cout * kh output channels: one product per pixel
+    gives every block, each column offset of the blocks a run of channels."""
     if index != 1 or w.dtype != c.f32 or w.rank != 4 or not _tiles_blocks(node, w.shape[2:]):
         return None
-    return Panels(panels.pack_panels(w.reshape(w.shape[0], -1).t()), w.shape)
+    cin, cout, kh, kw = w.shape
+    return Panels(panels.conv_weights(w.permute(3, 1, 2, 0).contiguous().reshape(-1, cin, 1, 1), 1), w.shape)
 
 
-def _blocks(x, w: Panels, bias):
-    """Each input pixel's block: x (n, cin, h, w) @ W (cin, cout * kh * kw), blocks put in place."""
+def _blocks(node, x, w: Panels, bias):
+    """act(ConvTranspose + bias) of non-overlapping blocks: the 1x1 product (n, kw * cout * kh, h, w),
+    then each column offset's (n, cout, kh, h, w) put in place (runs of w pixels)."""
     n, cin, h, wd = x.shape
     cout, kh, kw = w.shape[1:]
-    pixels = x.reshape(n, cin, h * wd).transpose(1, 2)
     if bias is not None:
-        bias = bias.reshape(cout, 1).broadcast_as((cout, kh * kw)).contiguous().reshape(-1)
-    y = panels.linear_panels(pixels, w.tensor, cout * kh * kw, bias)     # (n, h * w, cout * kh * kw)
-    y = y.reshape(n, h, wd, cout, kh, kw).permute(0, 3, 1, 4, 2, 5)
-    return y.contiguous().reshape(n, cout, h * kh, wd * kw)
+        bias = bias.reshape(1, cout, 1).broadcast_as((kw, cout, kh)).contiguous().reshape(-1)
+    act, alpha, beta = activation(node)
+    y = panels.conv2d_panels(x, w.tensor, (kw * cout * kh, cin, 1, 1), bias, act=act, alpha=alpha, beta=beta)
+    cols = [y.narrow(1, j * cout * kh, cout * kh).reshape(n, cout, kh, h, wd).permute(0, 1, 3, 2, 4)
+            for j in range(kw)]
+    return c.stack(cols, -1).reshape(n, cout, h * kh, wd * kw)
 
 
-@op("ConvTranspose", pack=_pack_blocks)
-def conv_transpose_op(node, x, w, bias=None):
+def conv_transpose_any(node, x, w, bias=None):
+    """act(ConvTranspose(x, w) + bias), on the packed blocks when w is packed."""
     if isinstance(w, Panels):
         if x.rank == 4 and x.dtype == c.f32:
-            return _blocks(x, w, bias)
-        w = panels.unpack_panels(w.tensor, math.prod(w.shape[1:]))[0].t().reshape(w.shape)
+            return _blocks(node, x, w, bias)
+        cin, cout, kh, kw = w.shape
+        w = panels.unpack_panels(w.tensor, kw * cout * kh)[0].reshape(kw, cout, kh, cin).permute(3, 1, 2, 0)
     begin, target, strides, dilations, full = _transpose_params(node, x, w)
     y = conv_transpose(x, w, begin, target, strides, dilations, full, node.get("group", 1))
-    return _with_bias(y, bias)
+    return panels.activate(_with_bias(y, bias), *activation(node))
+
+
+@op("ConvTranspose", pack=pack_blocks)
+def conv_transpose_op(node, x, w, bias=None):
+    return conv_transpose_any(node, x, w, bias)
 
 
 @op("CausalConvWithState", since=27)

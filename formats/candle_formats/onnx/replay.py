@@ -20,6 +20,8 @@ What a replay must not get wrong:
   take another path for other values. Each such read of a value computed from
   the feeds becomes a guard: the replay compares the value with the recorded
   one at that point and, when it differs, the run starts again on the graph.
+  Values computed only from constants, shapes and host values are the same
+  every run with a signature and need no guard.
   A read of more than ``GUARD_LIMIT`` values (NonZero's mask, say) makes the
   signature unrecordable: those runs always walk the graph.
 - *Random generators* (nodes that are not pure) are not recorded: they run
@@ -108,10 +110,14 @@ class Recorder(dispatch.Observer):
         finally:
             self.busy = False
         kernel = device.kernels[(op.name, dtype)]
+        # what a kernel writes comes from the feeds when something it reads does; else it is
+        # the same every run with this signature (made from constants, shapes and host values)
+        data = any(isinstance(t, c.Tensor) and id(t._storage) in self.data for t in inputs)
         if shape is None:  # in place: the kernel writes the storages of op.writes
-            self._add(kernel, args, [inputs[i]._storage for i in op.writes if inputs[i] is not None])
+            written = [inputs[i]._storage for i in op.writes if inputs[i] is not None]
+            self._add(kernel, args, written if data else ())
         elif out._layout.numel:
-            self._add(kernel, (out._storage, *args), [out._storage])
+            self._add(kernel, (out._storage, *args), [out._storage] if data else ())
         return out
 
     def read(self, tensor) -> None:
