@@ -145,6 +145,26 @@ def test_a_count_read_back_is_guarded():
     np.testing.assert_array_equal(model.run_numpy({"x": np.ones(6, np.float32)})[0], [np.arange(6)])  # walked
 
 
+def test_shape_arithmetic_needs_no_guard():
+    # the target shape is computed on the device from the input's shape (Shape, Cast, Concat, as
+    # PaddleOCR exports a flatten): the same for every feed of a signature, so read without a guard
+    i64 = TensorProto.INT64
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Slice", ["shape", "zero", "one"], ["batch"]),
+             helper.make_node("Cast", ["batch"], ["batch64"], to=i64),
+             helper.make_node("Concat", ["batch64", "minus_one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    inits = [helper.make_tensor("zero", i64, [1], [0]), helper.make_tensor("one", i64, [1], [1]),
+             helper.make_tensor("minus_one", i64, [1], [-1])]
+    model = _model(nodes, [_float("x", [2, 3, 4])], [_float("y", [2, 12])], inits)
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for _ in range(3):
+        np.testing.assert_array_equal(model.run_numpy({"x": x})[0], x.reshape(2, 12))
+    (program,) = _programs(model)
+    assert not [fn for fn, _ in program.calls if fn.__name__ == "_guard"]
+    np.testing.assert_array_equal(model.run_numpy({"x": -x})[0], -x.reshape(2, 12))
+
+
 def test_a_large_host_read_is_not_recorded():
     # ScatterND multiplying reads its indices on the host: 5000 of them are too many to guard
     nodes = [helper.make_node("ScatterND", ["data", "indices", "updates"], ["y"], reduction="mul")]
