@@ -37,12 +37,16 @@ static int64_t PANELS_NAME(dw_scratch)(const cd_dw_geom *g) {
     return g->sw * rows * pstride + 2 * g->kh * g->kw;
 }
 
-/* Runs of DW_LANES outputs, DW_RUNS at a time (anywhere in the plane: four rows
- * of a tall plane, four stretches of a long row), each summing all the taps
- * in a register and stored once; the runs' sums are independent, so the
- * multiply-adds overlap instead of waiting on one another. Tap t reads at
- * offset[t] from a run's place in phase 0. */
+/* Runs of DW_LANES outputs, DW_RUNS at a time (anywhere in the plane: rows of a
+ * tall plane, stretches of a long row), each summing all the taps in a register
+ * and stored once; the runs' sums are independent, so the multiply-adds overlap
+ * instead of waiting on one another (eight where the registers hold them: the
+ * including file may set DW_RUNS to 8). Tap t reads at offset[t] from a run's
+ * place in phase 0. The sums are named variables (an array of vectors spills). */
+#ifndef DW_RUNS
 #define DW_RUNS 4
+#endif
+#define DW_EACH(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
 static void PANELS_NAME(dw_plane)(const cd_dw_geom *g, const float *x, const float *taps, int64_t tap_step,
                                   float bias, float *out, float *scratch) {
@@ -64,23 +68,25 @@ static void PANELS_NAME(dw_plane)(const cd_dw_geom *g, const float *x, const flo
             at[k] = oy * g->ow + ox0;
             len[k] = r0 + k < runs ? CD_MIN(DW_LANES, g->ow - ox0) : 0;
         }
-        vec a0 = (vec){0} + bias, a1 = a0, a2 = a0, a3 = a0, v0, v1, v2, v3;
+#define DW_INIT(k) vec a##k = (vec){0} + bias;
+        DW_EACH(DW_INIT)
+#undef DW_INIT
         for (int64_t t = 0; t < ntaps; t++) {
             const float w = taps[t * tap_step];
             const int64_t o = offset[t];
-            memcpy(&v0, base[0] + o, sizeof v0);
-            memcpy(&v1, base[1] + o, sizeof v1);
-            memcpy(&v2, base[2] + o, sizeof v2);
-            memcpy(&v3, base[3] + o, sizeof v3);
-            a0 += w * v0;
-            a1 += w * v1;
-            a2 += w * v2;
-            a3 += w * v3;
+#define DW_TAP(k)                                  \
+    if (k < DW_RUNS) {                             \
+        vec v;                                     \
+        memcpy(&v, base[k % DW_RUNS] + o, sizeof v); \
+        a##k += w * v;                             \
+    }
+            DW_EACH(DW_TAP)
+#undef DW_TAP
         }
-        memcpy(out + at[0], &a0, (size_t)len[0] * sizeof(float));
-        memcpy(out + at[1], &a1, (size_t)len[1] * sizeof(float));
-        memcpy(out + at[2], &a2, (size_t)len[2] * sizeof(float));
-        memcpy(out + at[3], &a3, (size_t)len[3] * sizeof(float));
+#define DW_STORE(k) \
+    if (k < DW_RUNS) memcpy(out + at[k % DW_RUNS], &a##k, (size_t)len[k % DW_RUNS] * sizeof(float));
+        DW_EACH(DW_STORE)
+#undef DW_STORE
     }
 }
 

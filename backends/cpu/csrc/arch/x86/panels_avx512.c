@@ -9,6 +9,7 @@
 #include "runtime/internal.h"
 
 #define PANELS_NAME(name) name##_avx512
+#define DW_RUNS 8 /* eight sums of the depthwise plane in zmm registers */
 #include "templates/panels_impl.h"
 
 #define MR_MAX 8
