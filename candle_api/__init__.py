@@ -12,13 +12,14 @@ from .autograd import GradStore, enable_grad, is_grad_enabled, no_grad, set_grad
 from .device import Device, get_device  # noqa: E402
 from .dlpack import from_dlpack  # noqa: E402
 from .dtype import (  # noqa: E402
-    ALL_DTYPES, DType, bf16, f16, f32, f64, get_dtype, i16, i32, i64, u8, u32,
+    ALL_DTYPES, DType, bf16, bool_, f16, f32, f64, get_dtype, i16, i32, i64, u8, u32,
     bf16 as bfloat16, f16 as float16, f16 as half, f32 as float32, f64 as float64,
     i16 as int16, i32 as int32, i64 as int64, u8 as uint8, u32 as uint32,
 )
 from .errors import (  # noqa: E402
-    ArgumentError, BackendUnavailableError, CandleError, DeviceError, DTypeError, FormatError, IndexOutOfRangeError,
-    KernelError, PluginError, ReadOnlyError, ShapeError, TensorNameError, UnsupportedOpError,
+    ArgumentError, BackendUnavailableError, CandleError, DeviceError, DimensionError, DTypeError, FormatError,
+    IndexOutOfRangeError, InPlaceError, KernelError, PluginError, ReadOnlyError, ShapeError, ShapeTypeError,
+    TensorNameError, UnsupportedOpError,
 )
 from .info import plugins  # noqa: E402
 from .io import load, save  # noqa: E402
@@ -29,9 +30,13 @@ from .ops.creation import (  # noqa: E402
 from .ops.custom import custom_op  # noqa: E402
 from .ops.einsum import einsum  # noqa: E402
 from .ops.elementwise import floor_divide, where  # noqa: E402
+from .ops.logical import (  # noqa: E402
+    bitwise_and, bitwise_not, bitwise_or, bitwise_xor, logical_and, logical_not, logical_or, logical_xor,
+)
 from .ops.masking import masked_fill, masked_select, nonzero, tril, tril2, triu, triu2  # noqa: E402
 from .ops.predicates import all_ as all, allclose, any_ as any, isclose, isfinite, isinf, isnan  # noqa: E402
 from .ops.sorting import argsort, sort, topk  # noqa: E402
+from .quantized import QTensor  # noqa: E402
 from .registry import registry  # noqa: E402
 from .debug import ShadowMismatchError, install_from_environment, shadow, trace  # noqa: E402
 from .var import Var  # noqa: E402
@@ -53,7 +58,12 @@ def unregister_plugin(name: str) -> None:
 
 
 def __getattr__(name: str):
-    """``candle_api.nn`` and ``candle_api.optim`` are imported on first use."""
+    """``candle_api.nn`` and ``candle_api.optim`` are imported on first use;
+    ``candle_api.bool`` (torch.bool's spelling) is the bool dtype, kept out of
+    the module's namespace so that ``from candle_api import *`` leaves the
+    builtin alone."""
+    if name == "bool":
+        return bool_
     if name in ("nn", "optim"):
         import importlib
 

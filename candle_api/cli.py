@@ -25,7 +25,7 @@ CLI_GROUP = "candle_api.cli"
 
 #: The subcommands of candle-models, for a helpful error when it is absent. It is not on PyPI: it
 #: installs from a checkout of candle-api.
-MODELS_COMMANDS = ("embed", "generate", "quantize", "serve")
+MODELS_COMMANDS = ("embed", "generate", "quantize", "serve", "transcribe")
 
 
 class Parser(argparse.ArgumentParser):
@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="list plugins, devices and which plugin serves each op")
     info.add_argument("--brief", action="store_true", help="plugins and devices only, without the op table")
     info.set_defaults(func=_info)
+    from .bench import add_parser as add_bench
+
+    add_bench(sub)
     for ep in metadata.entry_points(group=CLI_GROUP):
         try:
             ep.load()(sub)
@@ -86,13 +89,23 @@ def main(argv=None) -> int:
         print(f"{prog}: error: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # The reader is gone (`candle info | head`): nothing is left to say. What stdout still buffers
-        # goes to /dev/null, or Python's flush at exit would fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         return 141  # 128 + SIGPIPE: the status of a writer the closed pipe ended
+    except SystemExit:  # --help, --version, argparse's errors: their text is flushed here, not as Python exits
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _drop_stdout()
+        raise
     except Exception as exc:  # MemoryError included: a command line answers any failure in one line
         print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
+
+
+def _drop_stdout() -> None:
+    """The reader is gone (`candle info | head`): nothing is left to say. What stdout still buffers
+    goes to /dev/null, or Python's flush at exit would fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _one_line(exc: Exception) -> str:

@@ -1,9 +1,11 @@
-"""Devices: ``"cpu"``, ``"cuda:0"``, ``"metal:0"``...
+"""Devices: ``"cpu"``, ``"cuda:0"``, ``"wgpu:0"``...
 
 A :class:`Device` is a ``str`` subclass whose value is its canonical name, so
 ``t.device == "cpu"`` holds as it does in candle-pyo3, whose devices are
 strings. It is resolved to its backend once, when first made, and carries the
-backend's kernel table; ``Device("cuda:0") is Device("cuda:0")``.
+backend's kernel table; ``Device("cuda:0") is Device("cuda:0")``. A name a
+backend declares as an alias (``BackendSpec.aliases``: ``metal:0`` for the wgpu
+device on a Mac) gives the same Device object as the name it stands for.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ class Device(str):
             raise PluginError(f"device {name!r}: the device object of plugin {plugin} lacks {', '.join(missing)} "
                               "(see candle_api.contract.BackendDevice)")
         self.kernels = registry().kernel_table(dev_type).kernels
-        self.dtypes = frozenset(spec.dtypes)
+        # bool is u8's bytes: a backend holding u8 holds bool (the kernel table serves it with u8 kernels)
+        self.dtypes = frozenset(spec.dtypes) | ({"bool"} if "u8" in spec.dtypes else set())
         self._seed = DEFAULT_SEED
         self._offset = 0
         return self
@@ -102,6 +105,17 @@ class Device(str):
                                         f"{' '.join(sorted(self.dtypes))})")
 
 
+def resolve_alias(name: str, specs: dict) -> str | None:
+    """The device type that name is an alias of (BackendSpec.aliases), or None."""
+    for dev_type, (spec, _plugin) in sorted(specs.items()):
+        try:
+            if name in spec.aliases():
+                return dev_type
+        except Exception:  # an alias probe that fails is no alias
+            continue
+    return None
+
+
 def _parse(spec: str) -> tuple[str, str, int]:
     text = spec.strip().lower()
     dev_type, _, idx = text.partition(":")
@@ -115,6 +129,15 @@ def _parse(spec: str) -> tuple[str, str, int]:
         index = 0
     name = dev_type if dev_type == "cpu" else f"{dev_type}:{index}"
     return name, dev_type, index
+
+
+def is_device_name(spec: str) -> bool:
+    """Whether spec is spelled as a device ("cpu", "cuda:1"), installed or not."""
+    try:
+        _parse(spec)
+    except DeviceError:
+        return False
+    return True
 
 
 def get_device(spec=None) -> Device:
@@ -135,6 +158,13 @@ def get_device(spec=None) -> Device:
     if dev is not None:
         return dev
     name, dev_type, index = _parse(spec)
+    specs = registry().backends()
+    if dev_type not in specs:
+        canonical = resolve_alias(dev_type, specs)
+        if canonical is not None:  # "metal:0" is the wgpu device on a Mac: the same Device object
+            dev = get_device(canonical if canonical == "cpu" else f"{canonical}:{index}")
+            _DEVICES[spec] = dev
+            return dev
     with _LOCK:
         dev = _DEVICES.get(name)
         if dev is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from .dtype import bf16, f16, f32, f64, i16, i32, i64, u8, u32
+from .dtype import bf16, bool_, f16, f32, f64, i16, i32, i64, u8, u32
 from .errors import DTypeError
 from .layout import Layout
 
@@ -66,7 +66,7 @@ FLAG_READ_ONLY = 1
 DEVICE_CPU, DEVICE_CUDA, DEVICE_METAL = 1, 2, 8
 DEVICE_TYPES = {"cpu": DEVICE_CPU, "cuda": DEVICE_CUDA, "metal": DEVICE_METAL}
 _DTYPE_CODES = {u8: (1, 8), u32: (1, 32), i16: (0, 16), i32: (0, 32), i64: (0, 64),
-                bf16: (4, 16), f16: (2, 16), f32: (2, 32), f64: (2, 64)}
+                bf16: (4, 16), f16: (2, 16), f32: (2, 32), f64: (2, 64), bool_: (6, 8)}  # kDLBool: one byte
 _FROM_CODES = {v: k for k, v in _DTYPE_CODES.items()}
 
 _LEGACY = b"dltensor"
@@ -111,6 +111,9 @@ def device_of(t) -> tuple[int, int]:
 
 
 def to_dlpack(t, stream=None, max_version=None, dl_device=None, copy=None):
+    if not hasattr(t._storage, "ptr"):  # a GPU buffer behind an API without addresses (WebGPU)
+        raise BufferError(f"a {t.device} tensor has no memory address to export through DLPack: copy it to the "
+                          "cpu first (.to_device('cpu'))")
     if dl_device is not None and tuple(dl_device) != device_of(t):
         raise BufferError(f"cannot export a {t.device} tensor to DLPack device {tuple(dl_device)} without a copy")
     if copy:

@@ -20,10 +20,12 @@ except ImportError:  # pragma: no cover - ml_dtypes is a dependency
 
 
 class DType(str):
-    """A tensor element type: ``u8 u32 i16 i32 i64 bf16 f16 f32 f64``.
+    """A tensor element type: ``bool u8 u32 i16 i32 i64 bf16 f16 f32 f64``.
 
     Attributes: ``code`` (the number shared with native backends), ``itemsize``,
-    ``np`` (the numpy dtype), ``is_float``, ``is_int``, ``is_signed``.
+    ``np`` (the numpy dtype), ``is_float``, ``is_int``, ``is_bool``, ``is_signed``.
+    bool is neither an integer nor a float: one byte holding 0 or 1, whose
+    kernels are u8's (see :func:`storage_dtype`).
     """
 
     code: int
@@ -31,6 +33,7 @@ class DType(str):
     np: np.dtype
     is_float: bool
     is_int: bool
+    is_bool: bool
     is_signed: bool
 
     def __new__(cls, name: str, code: int, np_dtype, is_float: bool, is_signed: bool):
@@ -39,7 +42,8 @@ class DType(str):
         self.np = np.dtype(np_dtype) if np_dtype is not None else None
         self.itemsize = self.np.itemsize if self.np is not None else 2
         self.is_float = is_float
-        self.is_int = not is_float
+        self.is_bool = self.np == np.bool_
+        self.is_int = not is_float and not self.is_bool
         self.is_signed = is_signed
         return self
 
@@ -63,21 +67,28 @@ bf16 = DType("bf16", 5, _BF16_NP, True, True)
 f16 = DType("f16", 6, np.float16, True, True)
 f32 = DType("f32", 7, np.float32, True, True)
 f64 = DType("f64", 8, np.float64, True, True)
+bool_ = DType("bool", 9, np.bool_, False, False)
 
-ALL_DTYPES: tuple[DType, ...] = (u8, u32, i16, i32, i64, bf16, f16, f32, f64)
+#: The dtypes native backends know by code (0-8); bool (code 9) reaches a
+#: backend as u8 unless it registers bool kernels of its own.
+NUMERIC_DTYPES: tuple[DType, ...] = (u8, u32, i16, i32, i64, bf16, f16, f32, f64)
+ALL_DTYPES: tuple[DType, ...] = NUMERIC_DTYPES + (bool_,)
 FLOAT_DTYPES = (bf16, f16, f32, f64)
 INT_DTYPES = (u8, u32, i16, i32, i64)
 INDEX_DTYPES = INT_DTYPES
 BY_CODE = {d.code: d for d in ALL_DTYPES}
 
+
+def storage_dtype(dtype: DType) -> DType:
+    """The dtype a backend sees for dtype: u8 for bool (same bytes), else itself."""
+    return u8 if dtype is bool_ else dtype
+
 _ALIASES = {d.name: d for d in ALL_DTYPES}
 _ALIASES.update(
     uint8=u8, uint32=u32, int16=i16, short=i16, int32=i32, int=i32, int64=i64, long=i64,
     bfloat16=bf16, float16=f16, half=f16, float32=f32, float=f32, float64=f64, double=f64,
-    bool=u8,
 )
 _FROM_NUMPY = {d.np: d for d in ALL_DTYPES if d.np is not None}
-_FROM_NUMPY[np.dtype(np.bool_)] = u8
 
 
 def get_dtype(value) -> DType:
@@ -103,6 +114,6 @@ def from_numpy_dtype(np_dtype: np.dtype) -> DType:
     if d is None:
         raise DTypeError(
             f"numpy dtype {np_dtype} has no candle-api equivalent; "
-            f"supported: {', '.join(str(d.np) for d in ALL_DTYPES)} (and bool as u8)"
+            f"supported: {', '.join(str(d.np) for d in ALL_DTYPES)}"
         )
     return d

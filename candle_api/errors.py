@@ -22,6 +22,14 @@ class ShapeError(CandleError, ValueError):
     """Shapes or dims that do not fit the op (mismatch, bad rank, bad dim)."""
 
 
+class DimensionError(ShapeError, OverflowError):
+    """A negative dimension (also OverflowError, which candle-pyo3 raises for one)."""
+
+
+class ShapeTypeError(ShapeError, TypeError):
+    """A shape that is not a sequence of integers (also TypeError)."""
+
+
 class DTypeError(CandleError, TypeError, ValueError):
     """A dtype the op does not accept, or two dtypes that differ."""
 
@@ -51,12 +59,30 @@ class ReadOnlyError(CandleError, ValueError):
     """An in-place write into memory the caller may not change."""
 
 
+class InPlaceError(CandleError, RuntimeError):
+    """An in-place op that cannot be done: into a broadcast view, on a leaf
+    that requires grad (or a view of one), or on memory a backward pass still
+    needs (PyTorch raises RuntimeError for these)."""
+
+
 class UnsupportedDTypeError(DTypeError):
     """A dtype the device does not hold (its backend's ``BackendSpec.dtypes``)."""
 
 
 class IndexOutOfRangeError(CandleError, IndexError):
     """An index outside its dimension."""
+
+
+def check_indices(op: str, ids, size: int):
+    """ids (an integer numpy array), each checked to lie in [0, size): the first
+    one outside raises IndexOutOfRangeError naming it, its position among the
+    ids and the size, the message every backend gives. Returns ids."""
+    bad = ((ids < 0) | (ids >= size)).ravel().nonzero()[0]
+    if bad.size:
+        pos = int(bad[0])
+        raise IndexOutOfRangeError(f"{op}: index {ids.flat[pos]} (at position {pos}) is out of range for a "
+                                   f"dimension of size {size}")
+    return ids
 
 
 class KernelError(CandleError, RuntimeError):

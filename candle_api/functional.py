@@ -84,9 +84,11 @@ def avg_pool2d(tensor: Tensor, ksize, stride=1, padding=0, ceil_mode=False, coun
     return _conv.avg_pool2d(tensor, ksize, stride, padding, ceil_mode, count_include_pad)
 
 
-def max_pool2d(tensor: Tensor, ksize, stride=1, padding=0, dilation=1, ceil_mode=False) -> Tensor:
-    """Max pooling; stride defaults to 1 as in candle-pyo3's functional API."""
-    return _conv.max_pool2d(tensor, ksize, stride, padding, dilation, ceil_mode)
+def max_pool2d(tensor: Tensor, ksize, stride=1, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """Max pooling; stride defaults to 1 as in candle-pyo3's functional API. With
+    return_indices, ``(maxima, u32 indices)`` as PyTorch's (each the flat index in
+    its input plane of the window's first maximum)."""
+    return _conv.max_pool2d(tensor, ksize, stride, padding, dilation, ceil_mode, return_indices)
 
 
 conv1d = _conv.conv1d

@@ -28,8 +28,9 @@ from .contract.opdef import OpDef  # noqa: F401  (what candle_api_custom_ops def
 
 #: The hook API this candle-api implements. 2 added BackendSpec.contract_version
 #: and BackendSpec.dtypes (a plugin using them sets CANDLE_API_HOOK_VERSION = 2),
-#: and made OpDef the one op definition (candle_api.contract.opdef).
-HOOK_API_VERSION = 2
+#: and made OpDef the one op definition (candle_api.contract.opdef); 3 added
+#: BackendSpec.aliases, BackendSpec.variants and KernelSet.description.
+HOOK_API_VERSION = 3
 
 hookspec = pluggy.HookspecMarker("candle_api")
 hookimpl = pluggy.HookimplMarker("candle_api")
@@ -47,7 +48,16 @@ class BackendSpec:
     backend (instruction set, threads, GPU model...). ``contract_version`` is
     the version of the kernel table (:mod:`candle_api.contract`) the backend
     implements, and ``dtypes`` the dtypes it holds: the required rows of that
-    version must have a kernel for each of their dtypes among these.
+    version must have a kernel for each of their dtypes among these. bool needs
+    no listing and no kernels: a backend that holds u8 holds bool, served by its
+    u8 kernels (see :mod:`candle_api.contract.table`).
+    ``aliases()`` returns other device type names that mean this one (the
+    wgpu backend answers its adapter's API, ``metal`` on a Mac): ``metal:0``
+    then resolves to the same device as ``wgpu:0``. It is asked only for a
+    name no backend has, and may probe the hardware.
+    ``variants()`` names the code paths the backend can take on this machine,
+    each with the environment variables that select it, the default first
+    (the cpu plugin's instruction sets): ``candle bench`` measures each.
     """
 
     name: str
@@ -60,6 +70,8 @@ class BackendSpec:
     api_version: int = HOOK_API_VERSION
     contract_version: int = 1
     dtypes: tuple = ("u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64")
+    aliases: Callable[[], tuple] = lambda: ()
+    variants: Callable[[], dict] = lambda: {}
 
 
 @dataclass(frozen=True)
@@ -69,10 +81,13 @@ class KernelSet:
     For every (op, dtype) the kernel of the highest ``priority`` among all
     plugins wins, so a plugin can override some kernels of another (an MKL
     plugin returning faster "matmul" kernels for "cpu", say) and add new ops.
+    ``description`` says what serves them (a library and its version, its
+    threads, why these kernels and not others) for ``candle info``.
     """
 
     kernels: Mapping[tuple[str, str], Callable]
     priority: int = 0
+    description: str = ""
 
 
 @dataclass(frozen=True)

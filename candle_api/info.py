@@ -17,6 +17,7 @@ class BackendInfo:
     device_count: int
     description: str
     details: str = ""
+    aliases: tuple = ()
 
 
 @dataclass
@@ -27,6 +28,7 @@ class PluginInfo:
     error: str
     backends: list = field(default_factory=list)
     serves: dict = field(default_factory=dict)  # device type -> sorted op names it provides kernels for
+    kernel_notes: dict = field(default_factory=dict)  # device type -> the description of its kernel set
 
     @property
     def loaded(self) -> bool:
@@ -38,19 +40,28 @@ def plugins() -> list[PluginInfo]:
     run time), with its version, load error if any, the devices it provides and,
     per available device, the ops it serves."""
     reg = registry()
-    out = {r.name: PluginInfo(r.name, r.distribution, r.version, r.error) for r in reg.records()}
+    found = []
     for dev_type, (spec, plugin) in sorted(reg.backends().items()):
         try:
             ok, reason = spec.availability()
             count = spec.device_count() if ok else 0
             details = spec.details() if ok else ""
+            aliases = tuple(spec.aliases()) if ok else ()
         except Exception as exc:  # availability must never take `candle info` down
-            ok, reason, count, details = False, f"{type(exc).__name__}: {exc}", 0, ""
-        out[plugin].backends.append(BackendInfo(dev_type, plugin, ok, reason, count, spec.description, details))
-        if ok:
-            for op, by_dtype in kernel_providers(dev_type).items():
+            ok, reason, count, details, aliases = False, f"{type(exc).__name__}: {exc}", 0, "", ()
+        if ok:  # built before the records are read: a kernel plugin whose hook fails (mkl without its library)
+            reg.kernel_table(dev_type)  # is recorded, and shown with the reason
+        found.append(BackendInfo(dev_type, plugin, ok, reason, count, spec.description, details, aliases))
+    out = {r.name: PluginInfo(r.name, r.distribution, r.version, r.error) for r in reg.records()}
+    for b in found:
+        out[b.plugin].backends.append(b)
+        if b.available:
+            for provider, note in reg.kernel_table(b.device_type).descriptions.items():
+                out.setdefault(provider, PluginInfo(provider, "", "", "")).kernel_notes[b.device_type] = note
+            for op, by_dtype in kernel_providers(b.device_type).items():
                 for provider in set(by_dtype.values()):
-                    out.setdefault(provider, PluginInfo(provider, "", "", "")).serves.setdefault(dev_type, []).append(op)
+                    out.setdefault(provider, PluginInfo(provider, "", "", "")).serves.setdefault(
+                        b.device_type, []).append(op)
     return list(out.values())
 
 
@@ -61,6 +72,25 @@ def kernel_providers(device_type: str) -> dict[str, dict[str, str]]:
     for (op, dtype), (plugin, _priority) in sorted(table.providers.items()):
         ops.setdefault(op, {})[str(dtype)] = plugin
     return ops
+
+
+def decomposed_rows(device_type: str) -> list[str]:
+    """The optional contract rows a device has no kernel for (in some of its
+    dtypes: those are named), which it runs as their decompositions (rows
+    newer than its contract version included)."""
+    from .contract.table import ROWS
+
+    spec = registry().backends()[device_type][0]
+    ops = kernel_providers(device_type)
+    out = []
+    for row in ROWS:
+        if row.required:
+            continue
+        held = [d for d in row.dtypes if d in spec.dtypes]
+        missing = [d for d in held if d not in ops.get(row.name, {})]
+        if missing:
+            out.append(row.name if missing == held else f"{row.name} ({' '.join(missing)})")
+    return out
 
 
 def describe(show_ops: bool = True) -> str:
@@ -77,7 +107,10 @@ def describe(show_ops: bool = True) -> str:
         for b in p.backends:
             state = f"available ({b.device_count} device(s))" if b.available else f"unavailable: {b.reason}"
             about = "; ".join(x for x in (b.description, b.details) if x)
-            lines.append(f"    device {b.device_type}: {state}" + (f" - {about}" if about else ""))
+            also = f" (also {', '.join(b.aliases)})" if b.aliases else ""
+            lines.append(f"    device {b.device_type}{also}: {state}" + (f" - {about}" if about else ""))
+        for dev_type, note in sorted(p.kernel_notes.items()):
+            lines.append(f"    kernels for {dev_type}: {note}")
     custom = registry().ops.names()
     if custom:
         lines += ["", "custom ops (a device without the op's kernel runs its decomposition, if it has one):"]
@@ -102,4 +135,7 @@ def describe(show_ops: bool = True) -> str:
                     lines.append(f"  {op}: {served}")
                 conflicts = registry().kernel_table(b.device_type).conflicts
                 lines += [f"  conflict: {c}" for c in conflicts]
+                decomposed = decomposed_rows(b.device_type)
+                if decomposed:
+                    lines.append(f"  runs as decompositions (optional rows without a kernel): {', '.join(decomposed)}")
     return "\n".join(lines)

@@ -7,7 +7,9 @@ nothing is copied. Layouts are immutable.
 
 from __future__ import annotations
 
-from .errors import ShapeError
+import operator
+
+from .errors import DimensionError, ShapeError, ShapeTypeError
 
 MAX_DIMS = 32  # the most dimensions a tensor may have (backends rely on it)
 
@@ -44,14 +46,14 @@ def numel(shape) -> int:
 def check_shape(shape) -> tuple:
     """Validates and normalizes a shape to a tuple of non-negative ints."""
     try:
-        shape = tuple(int(d) for d in shape)
-    except (TypeError, ValueError):
-        raise ShapeError(f"a shape must be a sequence of ints, got {shape!r}") from None
+        shape = tuple(operator.index(d) for d in shape)  # ints only: 2.5 is no dim
+    except TypeError:
+        raise ShapeTypeError(f"a shape must be a sequence of ints, got {shape!r}") from None
     if len(shape) > MAX_DIMS:
         raise ShapeError(f"tensors have at most {MAX_DIMS} dims, got {len(shape)}")
     for d in shape:
         if d < 0:
-            raise ShapeError(f"negative dimension in shape {shape}")
+            raise DimensionError(f"negative dimension in shape {shape}")
     return shape
 
 

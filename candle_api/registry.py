@@ -6,10 +6,14 @@ first device, kernel or format query; a plugin that fails to import is
 recorded (and shown by ``candle info``) instead of breaking the others. Kernel
 tables are built from the hooks once per device type and rebuilt only when a
 plugin registers or unregisters, so the per-op cost is a dict lookup.
+
+``CANDLE_DISABLE_PLUGINS`` (entry point names, comma-separated) turns plugins
+off without uninstalling them: they are listed, as disabled, and not imported.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
@@ -22,6 +26,12 @@ from .errors import DTypeError, PluginError
 from .hooks import HOOK_API_VERSION, BackendSpec, FormatSpec, HookSpecs, KernelSet, OpDef
 
 ENTRY_POINT_GROUP = "candle_api"
+ENV_DISABLE = "CANDLE_DISABLE_PLUGINS"
+
+
+def env_names(variable: str) -> set[str]:
+    """The comma-separated plugin names an environment variable holds (CANDLE_DISABLE_PLUGINS, ...)."""
+    return {n.strip() for n in os.environ.get(variable, "").split(",") if n.strip()}
 
 
 @dataclass
@@ -39,6 +49,7 @@ class KernelTable:
     kernels: dict = field(default_factory=dict)    # (op, DType) -> kernel
     providers: dict = field(default_factory=dict)  # (op, DType) -> (plugin name, priority)
     conflicts: list = field(default_factory=list)  # ties between plugins, for `candle info`
+    descriptions: dict = field(default_factory=dict)  # plugin name -> its KernelSet.description
 
 
 class OpRegistry:
@@ -101,14 +112,18 @@ class Registry:
             from importlib import metadata  # slow to import; only needed here, once
 
             self._pm.hook.candle_api_custom_ops.call_historic(kwargs={"registry": self.ops})
+            disabled = env_names(ENV_DISABLE)
             for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-                self._load_entry_point(ep)
+                self._load_entry_point(ep, ep.name in disabled)
             self._loaded = True
 
-    def _load_entry_point(self, ep) -> None:
+    def _load_entry_point(self, ep, disabled: bool = False) -> None:
         dist = getattr(ep, "dist", None)
         record = PluginRecord(ep.name, dist.name if dist else "", dist.version if dist else "")
         self._records[ep.name] = record
+        if disabled:
+            record.error = f"disabled by {ENV_DISABLE}"
+            return
         if self._pm.has_plugin(ep.name):
             return
         try:
@@ -258,6 +273,8 @@ class Registry:
                     self._records.setdefault(plugin, PluginRecord(plugin)).error = (
                         f"kernels for {device_type} refused: {refused}")
                     continue
+                if kset.description:
+                    table.descriptions[plugin] = kset.description
                 for (op, dtype), kernel in kset.kernels.items():
                     key = (op, get_dtype(dtype))
                     current = table.providers.get(key)
@@ -266,6 +283,7 @@ class Registry:
                         table.providers[key] = (plugin, kset.priority)
                     elif kset.priority == current[1]:
                         table.conflicts.append(f"{op}/{dtype}: {current[0]} and {plugin} tie; {current[0]} kept")
+            _serve_bool_with_u8(table)
             self._tables[device_type] = table
             return table
 
@@ -290,6 +308,19 @@ class Registry:
             elif row is not None and dtype not in row.dtypes:
                 problems.append(f"{op!r} has no {dtype} kernel in the contract (its dtypes: {' '.join(row.dtypes)})")
         return "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+
+
+def _serve_bool_with_u8(table: KernelTable) -> None:
+    """bool is u8's bytes: every contract row listing bool that no plugin gave a
+    bool kernel runs its u8 kernel (docs/backend-contract.md)."""
+    from .contract.table import ROWS
+    from .dtype import bool_, u8
+
+    for row in ROWS:
+        key, u8_key = (row.name, bool_), (row.name, u8)
+        if "bool" in row.dtypes and key not in table.kernels and u8_key in table.kernels:
+            table.kernels[key] = table.kernels[u8_key]
+            table.providers[key] = table.providers[u8_key]
 
 
 _REGISTRY = Registry()

@@ -16,6 +16,8 @@ import numpy as np
 from . import autograd
 from .dtype import DType, get_dtype
 from .errors import DTypeError, ShapeError
+from .tensor_inplace import InPlaceMethods
+from .tensor_logic import LogicalMethods
 
 
 class _Strides(tuple):
@@ -40,13 +42,13 @@ def _shape_args(shape) -> tuple:
     return tuple(shape)
 
 
-class Tensor:
+class Tensor(LogicalMethods, InPlaceMethods):
     """An n-dimensional array on a device.
 
     ``Tensor(data)`` builds one from a Python scalar, nested lists or a numpy
     array (copied; see :func:`candle_api.from_numpy` to share memory). Python
     floats become f32; Python ints become u32 when they all fit, else i64, as in
-    candle-pyo3; numpy arrays keep their dtype.
+    candle-pyo3; Python bools become bool; numpy arrays keep their dtype.
     """
 
     __slots__ = ("_storage", "_layout", "_dtype", "_device", "_node", "__weakref__")
@@ -128,6 +130,8 @@ class Tensor:
         """The values as a numpy array (a read-only view of cpu memory, a copy otherwise)."""
         if ops.dispatch.observer is not None:
             ops.dispatch.observer.read(self)
+        if self._dtype.is_bool:  # backends see bool as u8 (the same bytes)
+            return self._device.backend.to_numpy(self._storage, self._layout, _u8).view(np.bool_)
         return self._device.backend.to_numpy(self._storage, self._layout, self._dtype)
 
     def __array__(self, dtype=None, copy=None):
@@ -227,9 +231,8 @@ class Tensor:
         return self.to_dtype("i32")
 
     def bool(self):
-        """A u8 mask, 1 where self is nonzero (NaN included): u8 is Candle's bool,
-        there is no bool dtype."""
-        return ops.elementwise.compare("ne", self, 0)
+        """A bool tensor, True where self is nonzero (NaN included), as in PyTorch."""
+        return self.to_dtype("bool")
 
     def type_as(self, other) -> "Tensor":
         """Self in other's dtype, on other's device (PyTorch's tensor type is both)."""

@@ -66,6 +66,7 @@ class Var(Tensor):
 
     def set(self, value: Tensor) -> None:
         """Overwrites the values in place (same shape, dtype and device)."""
+        from .autograd import versions
         from .ops.shape import copy_into
 
         if not isinstance(value, Tensor):
@@ -75,3 +76,4 @@ class Var(Tensor):
                              f"of shape {self.shape}, {self.dtype} on {self.device}")
         with no_grad():
             copy_into(self, self._layout, value)
+        versions.bump(self)

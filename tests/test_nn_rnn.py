@@ -1,21 +1,34 @@
-"""LSTM and GRU against PyTorch (outputs, final states, input, state and
-parameter gradients; multi-layer, bidirectional, batch_first, unbatched,
-given initial states), their parameter names, and their errors."""
+"""LSTM, GRU and their cells against PyTorch (outputs, final states, input,
+state and parameter gradients; multi-layer, bidirectional, batch_first,
+unbatched, given initial states, proj_size), their parameter names, and
+their errors; the fused layer ops (lstm_layer, gru_layer) against NumPy on
+strided inputs, on any thread count, on the ref device (their
+decomposition), with gradients against finite differences, and their
+errors."""
 
 import numpy as np
 import pytest
 
 import candle_api as c
 from candle_api import nn
-from candle_api.errors import ShapeError
+from candle_api.errors import ArgumentError, CandleError, DTypeError, ShapeError
+from candle_api.ops.rnn import gru_layer, lstm_layer
+from candle_api.testing.opinfo_rnn import gru_reference, lstm_reference
+from candle_api.utils import get_num_threads, set_num_threads
 from torch_reference import cases, check_layer_case
 
 RNN_CASES = {k: v for k, v in cases("torch_layers").items() if v["config"]["cls"] in ("LSTM", "GRU")}
+MORE_CASES = cases("torch_rnn")  # tests/fixtures/make_torch_rnn.py
 
 
 @pytest.mark.parametrize("name", sorted(RNN_CASES))
 def test_rnns_match_pytorch(name):
     check_layer_case(RNN_CASES[name])
+
+
+@pytest.mark.parametrize("name", sorted(MORE_CASES))
+def test_projections_cells_and_wide_layers_match_pytorch(name):
+    check_layer_case(MORE_CASES[name])
 
 
 def test_parameter_names_and_shapes_follow_pytorch():
@@ -67,3 +80,157 @@ def test_rnn_errors():
         nn.GRU(3, 4, dropout=2.0)
     with pytest.raises(ValueError, match="positive"):
         nn.GRU(3, 4, num_layers=0)
+
+
+# ---- the fused layer ops -----------------------------------------------------------------------------
+RNG = np.random.default_rng(5)
+
+
+def operands(gates: int, steps=6, batch=5, hidden=70, features=9, dtype="f64"):
+    """A layer's operands as NumPy arrays and as tensors: x is a batch-first input viewed step-major and w_ih,
+    w_hh transposed views (all strided); 70 hidden units are three blocks of the native kernel."""
+    arrays = {"x": RNG.uniform(-2, 2, (steps, batch, features)),
+              "w_ih": RNG.uniform(-0.5, 0.5, (gates * hidden, features)),
+              "w": RNG.uniform(-0.3, 0.3, (gates * hidden, hidden)),
+              "h0": RNG.uniform(-1, 1, (batch, hidden)), "c0": RNG.uniform(-1, 1, (batch, hidden)),
+              "b_ih": RNG.uniform(-0.5, 0.5, gates * hidden), "b_hh": RNG.uniform(-0.5, 0.5, gates * hidden)}
+    tensors = {k: c.Tensor(v).to_dtype(dtype) for k, v in arrays.items()}
+    tensors["x"] = c.Tensor(np.ascontiguousarray(arrays["x"].transpose(1, 0, 2))).to_dtype(dtype).transpose(0, 1)
+    for k in ("w_ih", "w"):
+        tensors[k] = c.Tensor(np.ascontiguousarray(arrays[k].T)).to_dtype(dtype).t()
+    return arrays, tensors
+
+
+def run_lstm(t, **kw):
+    return lstm_layer(t["x"], t["w_ih"], t["w"], t["h0"], t["c0"], t["b_ih"], t["b_hh"], **kw)
+
+
+def run_gru(t, **kw):
+    return gru_layer(t["x"], t["w_ih"], t["w"], t["h0"], t["b_ih"], t["b_hh"], **kw)
+
+
+@pytest.mark.parametrize("dtype, tol", [("f32", 2e-5), ("f64", 1e-12)])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_fused_layers_match_numpy_on_strided_inputs(dtype, tol, reverse):
+    assert not c.Tensor(np.zeros((2, 3))).t().is_contiguous()
+    a, t = operands(4, dtype=dtype)
+    lens = np.array([6, 0, 3, 6, 1])
+    got = run_lstm(t, reverse=reverse, lengths=c.Tensor(lens.astype(np.int32), dtype="i32"))
+    want = lstm_reference(a["x"], a["w_ih"], a["w"], a["h0"], a["c0"], a["b_ih"], a["b_hh"], lens, reverse=reverse)
+    np.testing.assert_allclose(got.numpy(), want, rtol=tol, atol=tol)
+    a, t = operands(3, dtype=dtype)
+    for before in (False, True):
+        got = run_gru(t, reverse=reverse, linear_before_reset=before, gates="zrh")
+        want = gru_reference(a["x"], a["w_ih"], a["w"], a["h0"], a["b_ih"], a["b_hh"], reverse=reverse,
+                             linear_before_reset=before, gates="zrh")
+        np.testing.assert_allclose(got.numpy(), want, rtol=tol, atol=tol)
+
+
+def test_results_do_not_depend_on_the_thread_count():
+    _, t4 = operands(4, dtype="f32", batch=17)
+    _, t3 = operands(3, dtype="f32", batch=17)
+    saved = get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2, 3):
+            set_num_threads(threads)
+            results.append([run_lstm(t4).numpy(), run_gru(t3).numpy(), run_gru(t3, linear_before_reset=False).numpy()])
+    finally:
+        set_num_threads(saved)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_concurrent_callers_get_the_same_results():
+    """A second Python thread calling while the pool is busy runs the kernel's threads one after another: the
+    first takes every item the others have not started."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, t = operands(4, dtype="f32", batch=9)
+    want = run_lstm(t).numpy()
+    saved = get_num_threads()
+    try:
+        set_num_threads(2)
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda _: run_lstm(t).numpy(), range(16)))
+    finally:
+        set_num_threads(saved)
+    for got in results:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_modules_on_the_ref_device_match_cpu():
+    for cls in (nn.LSTM, nn.GRU):
+        cpu = cls(3, 40, num_layers=2, bidirectional=True, dtype="f64")
+        ref = cls(3, 40, num_layers=2, bidirectional=True, dtype="f64", device="ref")
+        ref.load_state_dict({k: v.to_device("ref") for k, v in cpu.state_dict().items()})
+        x = c.Tensor(RNG.standard_normal((4, 2, 3)))
+        with c.trace() as trace:
+            got_ref = ref(x.to_device("ref"))
+        assert any(op == f"{cls.__name__.lower()}_layer" for _, op, _ in trace.decompositions)
+        got_cpu = cpu(x)
+        for a, b in zip(nn_outputs(got_cpu), nn_outputs(got_ref)):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def nn_outputs(out) -> list:
+    return [t for o in out for t in (o if isinstance(o, tuple) else (o,))]
+
+
+@pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU])
+def test_gradients_through_fused_layers_match_finite_differences(cls):
+    layer = cls(2, 3, num_layers=2, bidirectional=True, dtype="f64")
+    w = layer.weight_hh_l1_reverse
+    arrays = [RNG.standard_normal((3, 2, 2)), w.numpy().copy()]
+    cot = c.Tensor(RNG.standard_normal((3, 2, 6)))
+
+    def loss(x_values, w_values):
+        w.set(c.Tensor(w_values))
+        return (layer(c.Tensor(x_values))[0] * cot).sum_all().item()
+
+    x = c.Tensor(arrays[0]).requires_grad_()
+    w.set(c.Tensor(arrays[1]))
+    (layer(x)[0] * cot).sum_all().backward()
+    for k, grad in enumerate((x.grad.numpy(), w.grad.numpy())):
+        numeric = np.zeros_like(arrays[k])
+        for i in np.ndindex(arrays[k].shape):
+            values = [a.copy() for a in arrays]
+            values[k][i] += 1e-6
+            up = loss(*values)
+            values[k][i] -= 2e-6
+            numeric[i] = (up - loss(*values)) / 2e-6
+        np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-7)
+
+
+def test_layer_op_errors():
+    _, t = operands(4, steps=3, batch=2, hidden=4, features=5)
+    x, w_ih, w, h0, c0 = (t[k] for k in ("x", "w_ih", "w", "h0", "c0"))
+    with pytest.raises(ShapeError, match=r"x must be \(steps, batch, features\), got shape \(2, 5\)"):
+        lstm_layer(x[0], w_ih, w, h0, c0)
+    with pytest.raises(ShapeError, match=r"w_hh must be \(4 \* hidden, hidden\)"):
+        lstm_layer(x, w_ih, w.t(), h0, c0)
+    with pytest.raises(ShapeError, match=r"w_ih must be \(4 \* hidden, features\) = \(16, 5\) .* got shape \(16, 4\)"):
+        lstm_layer(x, w_ih.narrow(1, 0, 4), w, h0, c0)
+    with pytest.raises(ShapeError, match=r"w_ih must be \(3 \* hidden, features\) = \(12, 5\)"):
+        gru_layer(x, w_ih, w.narrow(0, 0, 12), h0)
+    with pytest.raises(ShapeError, match=r"c0 must be \(batch, hidden\) = \(2, 4\), got shape \(4,\)"):
+        lstm_layer(x, w_ih, w, h0, c0[0])
+    with pytest.raises(ShapeError, match=r"b_hh must have shape \(16,\), got \(15,\)"):
+        lstm_layer(x, w_ih, w, h0, c0, t["b_ih"], t["b_hh"].narrow(0, 0, 15))
+    with pytest.raises(ShapeError, match=r"peepholes must have shape \(12,\)"):
+        lstm_layer(x, w_ih, w, h0, c0, peepholes=t["b_ih"])
+    with pytest.raises(DTypeError, match="dtypes differ"):
+        lstm_layer(x, w_ih, w.to_dtype("f32"), h0, c0)
+    with pytest.raises(DTypeError, match="needs a float tensor"):
+        lstm_layer(*(v.to_dtype("i64") for v in (x, w_ih, w)), h0, c0)
+    with pytest.raises(ShapeError, match=r"lengths must be integers of shape \(2,\), got f32"):
+        lstm_layer(x, w_ih, w, h0, c0, lengths=c.Tensor([1.0, 2.0]))
+    with pytest.raises(ArgumentError, match="gates must be one of"):
+        gru_layer(x, w_ih.narrow(0, 0, 12), w.narrow(0, 0, 12), h0, gates="ifgo")
+    with pytest.raises(ArgumentError, match="clip must be a positive number"):
+        lstm_layer(x, w_ih, w, h0, c0, clip=-1.0)
+    for device in ("cpu", "ref"):  # the kernel and the decomposition both refuse a length past the steps
+        args = [v.to_device(device) for v in (x, w_ih, w, h0, c0)]
+        with pytest.raises(CandleError, match=r"sequence length 4 of batch entry 1 is out of range \[0, 3\]"):
+            lstm_layer(*args, lengths=c.Tensor([3, 4], dtype="i64", device=device))

@@ -66,8 +66,11 @@ def make_distribution(root, dist_name, module_name, source, entry_name):
     (info / "entry_points.txt").write_text(f"[candle_api]\n{entry_name} = {module_name}\n")
 
 
-def run_python(code, path=None):
-    env = dict(os.environ)
+def run_python(code, path=None, switches=None):
+    # A fresh interpreter with only the plugin switches a test names, none that a developer (or
+    # backends/mkl/tests' conftest, in the same session) may have set.
+    env = {k: v for k, v in os.environ.items() if k not in ("CANDLE_FORCE_PLUGINS", "CANDLE_DISABLE_PLUGINS")}
+    env.update(switches or {})
     if path is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
@@ -232,3 +235,20 @@ def test_cli_info_lists_the_cpu_device():
     assert proc.returncode == 0, proc.stderr
     assert "device cpu: available" in proc.stdout
     assert "matmul:" in proc.stdout and "<- cpu" in proc.stdout
+
+
+def test_disabled_plugins_are_listed_and_never_imported(tmp_path):
+    make_distribution(tmp_path, "candle-override-plugin", "override_plugin", OVERRIDE_PLUGIN, "override")
+    out = run_python("""
+        import json, sys
+        import candle_api as c
+        from candle_api.info import describe, kernel_providers
+        x = c.Tensor([1.0, 2.0])
+        print(json.dumps({"exp": [round(v, 4) for v in x.exp().values()],
+                          "provider": kernel_providers("cpu")["exp"]["f32"],
+                          "imported": "override_plugin" in sys.modules,
+                          "info": describe(show_ops=False)}))
+    """, tmp_path, {"CANDLE_DISABLE_PLUGINS": "override, nonexistent"})
+    result = json.loads(out)
+    assert result["exp"] == [2.7183, 7.3891] and result["provider"] == "cpu" and not result["imported"]
+    assert "override: candle-override-plugin 0.1  [NOT LOADED: disabled by CANDLE_DISABLE_PLUGINS]" in result["info"]

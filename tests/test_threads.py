@@ -34,6 +34,8 @@ def workload(seed: int) -> list[np.ndarray]:
         c.functional.scaled_dot_product_attention(q, k, v, is_causal=True).numpy(),
         (big @ w).numpy(),
         (mid @ wide).numpy(),  # few rows: threads split the columns
+        (big.to_dtype("f64") @ w.to_dtype("f64")).numpy(),
+        (big.to_dtype("f16") @ w.to_dtype("f16")).to_dtype("f32").numpy(),
         big.softmax(-1).numpy(),
         big.sum_all().numpy(),
         big.t().contiguous().exp().sum(0).numpy(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import CandleError
+from . import versions
 from .graph import Leaf, no_grad
 from .helpers import ViewGrad
 
@@ -96,6 +97,7 @@ def run_backward(roots: list, grad_outputs: list, keep: list | None = None) -> d
 
     grads: dict[int, object] = {}
     for root, g in zip(roots, grad_outputs):
+        versions.check_current(root, "backward")
         _accumulate(grads, root, g)
     wanted = {id(t) for t in keep or ()}
     order, seen = [], set()

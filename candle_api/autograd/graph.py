@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
+from . import versions
+
 
 class Leaf:
     """The node of a tensor whose gradient is kept: ``grad`` accumulates over
@@ -27,12 +29,14 @@ class Leaf:
 
 class Node:
     """The op that made a tensor: ``backward(grad_out)`` returns one gradient
-    (or None) per tensor in ``inputs``, each of that input's shape and dtype."""
+    (or None) per tensor in ``inputs``, each of that input's shape and dtype.
+    ``rebases``: the in-place rebases of the output's memory when the node was
+    made (see :mod:`.versions`)."""
 
-    __slots__ = ("op", "inputs", "backward")
+    __slots__ = ("op", "inputs", "backward", "rebases")
 
-    def __init__(self, op: str, inputs: tuple, backward: Callable) -> None:
-        self.op, self.inputs, self.backward = op, inputs, backward
+    def __init__(self, op: str, inputs: tuple, backward: Callable, rebases: int = 0) -> None:
+        self.op, self.inputs, self.backward, self.rebases = op, inputs, backward, rebases
 
     def __repr__(self) -> str:
         return f"Node({self.op}, {len(self.inputs)} inputs)"
@@ -58,8 +62,13 @@ def tracks(*tensors) -> bool:
 
 
 def record(out, op: str, inputs: tuple, backward: Callable):
-    """Gives ``out`` the node of ``op`` (call only when :func:`tracks` said so)."""
-    out._node = Node(op, inputs, backward)
+    """Gives ``out`` the node of ``op`` (call only when :func:`tracks` said so).
+    The backward may not read values the inputs held when recorded: it gets
+    no protection from in-place writes (views and copies need none)."""
+    if versions._COUNTS:
+        for t in inputs:
+            versions.check_current(t, op)
+    out._node = Node(op, inputs, backward, versions.rebases(out._storage))
     return out
 
 

@@ -17,7 +17,8 @@ from . import device, table
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "backend-contract.md"
 
-_DTYPE_SETS = {table.ALL: "all", table.FLOATS: "floats", table.NO_I64: "all but i64", table.F32_F64: "f32 f64"}
+_DTYPE_SETS = {table.ALL: "all", table.WITH_BOOL: "all, bool", table.FLOATS: "floats", table.NO_I64: "all but i64",
+               table.F32_F64: "f32 f64"}
 
 
 def _doc(obj) -> str:
@@ -76,7 +77,9 @@ def render() -> str:
             "## Kernels", "",
             "`candle_api_kernels(device_type)` returns `KernelSet({(name, dtype): kernel}, priority)`; for each "
             "key the highest priority wins, so a plugin can override another's kernels one by one. Dtypes "
-            "\"floats\" are bf16 f16 f32 f64; \"all\" adds u8 u32 i16 i32 i64.", ""]
+            "\"floats\" are bf16 f16 f32 f64; \"all\" adds u8 u32 i16 i32 i64. A row listing bool needs no "
+            "bool kernel: where a backend registers none, the core serves bool (one byte, 0 or 1) with the "
+            "backend's u8 kernel, and it never passes bool to a backend as a dtype argument.", ""]
     families: dict = {}
     for r in rows:
         families.setdefault(r.family, []).append(r)

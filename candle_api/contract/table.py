@@ -21,6 +21,14 @@ records the version that added it (``since``), and a backend declares the
 version it implements (``BackendSpec.contract_version``). On a backend older
 than a row, the row runs as its decomposition when it has one, and is
 reported unsupported (naming both versions) when it has none.
+
+bool (one byte, 0 or 1) is in the rows that move, select, compare or reduce
+truth values. Its kernels are u8's on the same bytes: where a backend
+registers no bool kernel for such a row, the core's kernel table serves bool
+with the backend's u8 kernel (so every backend holding u8 holds bool), and the
+core never passes bool as a dtype argument (a cast to bool is a comparison
+with 0; a bool mask reaches sdpa as u8). A backend may register bool kernels
+of its own for these rows.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from dataclasses import dataclass
 CONTRACT_VERSION = 3
 
 ALL = ("u8", "u32", "i16", "i32", "i64", "bf16", "f16", "f32", "f64")
+WITH_BOOL = ALL + ("bool",)  # rows whose u8 kernel serves bool too (see above)
 FLOATS = ("bf16", "f16", "f32", "f64")
 NO_I64 = tuple(d for d in ALL if d != "i64")  # kernels that go through double, exact below 2^53
 F32_F64 = ("f32", "f64")
@@ -111,30 +120,34 @@ ROWS: tuple = tuple([
     *_rows("binary", BINARY, ALL, "add sub mul div maximum minimum pow rem fmod",
            notes="la.shape == lb.shape (the core broadcasts with zero strides); integer division truncates "
                  "and raises KernelError on zero; maximum/minimum propagate NaN"),
-    *_rows("compare", BINARY, ALL, "eq ne lt le gt ge", notes="out is u8 (0 or 1)"),
-    KernelRow("where", "select", "k(out, c, lc, t, lt, f, lf)", ALL,
-              notes="keyed by the values' dtype; c is u8 (nonzero picks t); all three broadcast to out's shape"),
-    KernelRow("cast", "cast", "k(out, x, lx, dst_dtype)", ALL,
-              notes="keyed by the source dtype, to any dtype; floats saturate into integers, NaN to 0; "
+    *_rows("compare", BINARY, WITH_BOOL, "eq ne lt le gt ge", notes="out is u8 (0 or 1)"),
+    KernelRow("where", "select", "k(out, c, lc, t, lt, f, lf)", WITH_BOOL,
+              notes="keyed by the values' dtype; c is u8 or bool (the same bytes: nonzero picks t); all three "
+                    "broadcast to out's shape"),
+    KernelRow("cast", "cast", "k(out, x, lx, dst_dtype)", WITH_BOOL,
+              notes="keyed by the source dtype, to any dtype but bool; floats saturate into integers, NaN to 0; "
                     "integers wrap into narrower integers"),
     # ---- memory ---------------------------------------------------------------------------------
-    KernelRow("copy", "memory", "k(dst, ldst, src, lsrc)", ALL,
+    KernelRow("copy", "memory", "k(dst, ldst, src, lsrc)", WITH_BOOL,
               notes="strided to strided, in place on dst (negative strides possible)"),
-    KernelRow("fill", "memory", "k(dst, ldst, value)", ALL, notes="in place; value is itemsize raw bytes"),
+    KernelRow("fill", "memory", "k(dst, ldst, value)", WITH_BOOL, notes="in place; value is itemsize raw bytes"),
     # ---- reductions -------------------------------------------------------------------------------
-    *_rows("reduce", "k(out, x, lx, dims)", ALL, "sum prod max min argmax argmin",
+    *_rows("reduce", "k(out, x, lx, dims)", ALL, "sum prod argmax argmin",
            notes="dims: sorted tuple of the reduced dims; out holds the kept dims in order; arg* write u32 "
-                 "flat indices within dims (the first extreme); max/min propagate NaN"),
+                 "flat indices within dims (the first extreme)"),
+    *_rows("reduce", "k(out, x, lx, dims)", WITH_BOOL, "max min",
+           notes="as sum; NaN propagates (bool: max is any, min is all)"),
     KernelRow("cumsum", "scan", "k(out, x, lx, dim)", ALL),
     # ---- products ---------------------------------------------------------------------------------
     KernelRow("matmul", "matmul", "k(out, a, la, b, lb)", ALL,
               notes="la (batch..., m, k), lb (batch..., k, n) with the batch dims already broadcast (zero "
                     "strides), any strides; out (batch..., m, n); integers wrap"),
     # ---- indexing ---------------------------------------------------------------------------------
-    KernelRow("index_select", "index", "k(out, x, lx, ids, lids, ids_dtype, dim)", ALL,
+    KernelRow("index_select", "index", "k(out, x, lx, ids, lids, ids_dtype, dim)", WITH_BOOL,
               notes="ids 1-d, any index dtype (u8 u32 i16 i32 i64); bounds-checked"),
-    KernelRow("gather", "index", "k(out, x, lx, ids, lids, ids_dtype, dim)", ALL, notes="out has the ids' shape"),
-    KernelRow("scatter", "index", "k(out, x, lx, ids, lids, ids_dtype, src, lsrc, dim)", ALL,
+    KernelRow("gather", "index", "k(out, x, lx, ids, lids, ids_dtype, dim)", WITH_BOOL,
+              notes="out has the ids' shape"),
+    KernelRow("scatter", "index", "k(out, x, lx, ids, lids, ids_dtype, src, lsrc, dim)", WITH_BOOL,
               notes="out is x with src written at ids along dim; ids and lsrc have the same shape"),
     KernelRow("scatter_add", "index", "k(out, x, lx, ids, lids, ids_dtype, src, lsrc, dim)", ALL,
               notes="as scatter, adding; duplicate ids accumulate"),
@@ -173,6 +186,28 @@ ROWS: tuple = tuple([
               notes="lq (batch..., L, E), lk (batch..., S, E), lv (batch..., S, Ev), batch dims broadcast; mask "
                     "None, u8 (0 hides a key) or the query dtype (added), broadcast to (batch..., L, S); causal "
                     "lets query i see keys j <= i; rows with every key hidden are zeros"),
+    # ---- recurrent layers: one layer, one direction, every time step ------------------------------------------
+    KernelRow("lstm_layer", "rnn", "k(out, x, lx, w_ih, lw_ih, w_hh, lw_hh, b_ih, lb_ih, b_hh, lb_hh, h0, lh0, c0, lc0, "
+              "peep, lpeep, lens, llens, reverse, onnx_gates, clip, input_forget)", FLOATS, False,
+              "one matmul for the inputs of every step, then a step at a time: matmul, sigmoid, tanh and elementwise "
+              "ops", since=3,
+              notes="x (T, B, I), w_ih (4H, I), w_hh (4H, H), h0 and c0 (B, H), all any strides; b_ih, b_hh (4H,) "
+                    "or None; the gates x[t] w_ih^T + b_ih + b_hh + h w_hh^T stacked i f g o, or i o f c with "
+                    "onnx_gates (ONNX); i, f, o = sigmoid, g = tanh, c = f c + i g, h = o tanh(c). ONNX's options: "
+                    "peep None or (3H,) peepholes (i o f: p_i c and p_f c added to i and f, p_o c_new to o); lens "
+                    "None or (B,) i64 contiguous sequence lengths in [0, T] (a row past its length keeps its state "
+                    "and outputs zeros; reverse starts at the row's last step), out of range raising KernelError; "
+                    "clip > 0 clips every gate's input to [-clip, clip]; input_forget: f = 1 - i. out (T + 2, B, "
+                    "H): h of every step, the final h, the final c. Other activations than sigmoid/tanh run as the "
+                    "decomposition"),
+    KernelRow("gru_layer", "rnn", "k(out, x, lx, w_ih, lw_ih, w_hh, lw_hh, b_ih, lb_ih, b_hh, lb_hh, h0, lh0, lens, "
+              "llens, reverse, onnx_gates, clip, linear_before_reset)", FLOATS, False,
+              "one matmul for the inputs of every step, then a step at a time: matmul, sigmoid, tanh and elementwise "
+              "ops", since=3,
+              notes="as lstm_layer with 3H gates stacked r z n, or z r h with onnx_gates; r, z = sigmoid of x w^T + "
+                    "b_ih + b_hh + h w_hh^T; n = tanh(x w_n^T + b_in + r (h w_hn^T + b_hn)) with "
+                    "linear_before_reset (PyTorch's GRU), tanh(x w_n^T + b_in + (r h) w_hn^T + b_hn) without "
+                    "(ONNX's default); h = (1 - z) n + z h. out (T + 1, B, H): h of every step, the final h"),
     # ---- optimizer steps (in place, every buffer contiguous) --------------------------------------------------
     KernelRow("adamw_step", "optim", "k(p, lp, g, lg, m, lm, v, lv, lr, beta1, beta2, eps, weight_decay, step)",
               FLOATS, False, "the same update from elementwise ops", notes="writes p, m and v"),

@@ -4,7 +4,7 @@ value have their own sizes, ``out_proj``, ``bias_k``/``bias_v``) and
 forward signature, so PyTorch state dicts load and code ports unchanged.
 
 Masks follow PyTorch's MultiheadAttention, not ``scaled_dot_product_attention``:
-a u8 (bool) ``key_padding_mask`` or ``attn_mask`` marks with nonzero the keys
+a bool or u8 ``key_padding_mask`` or ``attn_mask`` marks with nonzero the keys
 to *ignore*; a float mask is added to the scores. A query whose keys are all
 masked gets zero weights (PyTorch's math path gives NaN)."""
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from .. import functional as F
-from ..dtype import u8
+from ..dtype import bool_, u8
 from ..errors import DTypeError, ShapeError
 from ..ops.creation import zeros
 from ..ops.elementwise import where
@@ -27,11 +27,11 @@ from .var_builder import VarBuilder, get_parameter, layer_builder
 
 
 def _additive(mask: Tensor, what: str, like: Tensor) -> Tensor:
-    """A mask as a float to add to the scores: -inf where a u8 mask is nonzero."""
-    if mask.dtype is u8:
+    """A mask as a float to add to the scores: -inf where a bool or u8 mask is nonzero."""
+    if mask.dtype is u8 or mask.dtype is bool_:
         return where(mask, float("-inf"), zeros(mask.shape, dtype=like.dtype, device=like.device))
     if mask.dtype is not like.dtype:
-        raise DTypeError(f"MultiheadAttention: {what} must be u8 (nonzero: ignore the key) or {like.dtype} "
+        raise DTypeError(f"MultiheadAttention: {what} must be bool or u8 (nonzero: ignore the key) or {like.dtype} "
                          f"(added to the scores), got {mask.dtype}")
     return mask
 

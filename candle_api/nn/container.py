@@ -1,4 +1,6 @@
-"""Containers: Sequential, ModuleList and ModuleDict (PyTorch's)."""
+"""Containers: Sequential, ModuleList and ModuleDict (PyTorch's). Their
+behaviour is in mixins over ``_modules`` and ``add_module``, which
+candle-pyo3's containers (:mod:`candle_api.compat.pyo3.nn`) share."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ def _position(index: int, length: int) -> int:
     return index + length if index < 0 else index
 
 
-class Sequential(Module):
+class SequentialMethods:
     """Runs its modules one after the other: ``Sequential(a, b, c)`` (named
     "0", "1", "2") or ``Sequential({"fc": a, "act": b})``."""
 
@@ -34,7 +36,7 @@ class Sequential(Module):
     def __getitem__(self, index):
         items = list(self._modules.items())
         if isinstance(index, slice):
-            return Sequential(dict(items[index]))
+            return type(self)(dict(items[index]))
         return items[_position(index, len(items))][1]
 
     def __len__(self) -> int:
@@ -43,15 +45,15 @@ class Sequential(Module):
     def __iter__(self):
         return iter(self._modules.values())
 
-    def append(self, module: Module) -> "Sequential":
+    def append(self, module) -> "SequentialMethods":
         self.add_module(str(len(self)), module)
         return self
 
 
-class ModuleList(Module):
+class ModuleListMethods:
     """A list of modules whose parameters are registered (named "0", "1"...)."""
 
-    def __init__(self, modules: Iterable[Module] | None = None) -> None:
+    def __init__(self, modules: Iterable | None = None) -> None:
         super().__init__()
         if modules is not None:
             self.extend(modules)
@@ -59,10 +61,10 @@ class ModuleList(Module):
     def __getitem__(self, index):
         values = list(self._modules.values())
         if isinstance(index, slice):
-            return ModuleList(values[index])
+            return type(self)(values[index])
         return values[_position(index, len(values))]
 
-    def __setitem__(self, index: int, module: Module) -> None:
+    def __setitem__(self, index: int, module) -> None:
         self.add_module(str(_position(index, len(self))), module)
 
     def __len__(self) -> int:
@@ -71,34 +73,34 @@ class ModuleList(Module):
     def __iter__(self):
         return iter(self._modules.values())
 
-    def append(self, module: Module) -> "ModuleList":
+    def append(self, module) -> "ModuleListMethods":
         self.add_module(str(len(self)), module)
         return self
 
-    def extend(self, modules: Iterable[Module]) -> "ModuleList":
+    def extend(self, modules: Iterable) -> "ModuleListMethods":
         for module in modules:
             self.append(module)
         return self
 
-    def insert(self, index: int, module: Module) -> None:
+    def insert(self, index: int, module) -> None:
         values = list(self._modules.values())
         values.insert(index, module)
         self._modules.clear()
         self.extend(values)
 
 
-class ModuleDict(Module):
+class ModuleDictMethods:
     """A dict of modules whose parameters are registered under their keys."""
 
-    def __init__(self, modules: Mapping[str, Module] | None = None) -> None:
+    def __init__(self, modules: Mapping | None = None) -> None:
         super().__init__()
         if modules is not None:
             self.update(modules)
 
-    def __getitem__(self, key: str) -> Module:
+    def __getitem__(self, key: str):
         return self._modules[key]
 
-    def __setitem__(self, key: str, module: Module) -> None:
+    def __setitem__(self, key: str, module) -> None:
         self.add_module(key, module)
 
     def __delitem__(self, key: str) -> None:
@@ -122,9 +124,21 @@ class ModuleDict(Module):
     def items(self):
         return self._modules.items()
 
-    def update(self, modules: Mapping[str, Module]) -> None:
+    def update(self, modules: Mapping) -> None:
         for key, module in modules.items():
             self[key] = module
 
-    def pop(self, key: str) -> Module:
+    def pop(self, key: str):
         return self._modules.pop(key)
+
+
+class Sequential(SequentialMethods, Module):
+    __doc__ = SequentialMethods.__doc__
+
+
+class ModuleList(ModuleListMethods, Module):
+    __doc__ = ModuleListMethods.__doc__
+
+
+class ModuleDict(ModuleDictMethods, Module):
+    __doc__ = ModuleDictMethods.__doc__

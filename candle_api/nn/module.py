@@ -29,7 +29,39 @@ def _check_name(owner: "Module", name, kind: str) -> None:
                              f"(call super().__init__() first in {type(owner).__name__}.__init__)")
 
 
-class Module:
+class ModuleTree:
+    """Walking a tree of modules through their ``_modules`` dict: shared by
+    this Module and candle-pyo3's (:mod:`candle_api.compat.pyo3.nn`)."""
+
+    def named_children(self) -> Iterator[tuple[str, "ModuleTree"]]:
+        seen = set()
+        for name, module in self._modules.items():
+            if module is not None and id(module) not in seen:
+                seen.add(id(module))
+                yield name, module
+
+    def children(self) -> Iterator["ModuleTree"]:
+        for _, module in self.named_children():
+            yield module
+
+    def named_modules(self, memo: set | None = None, prefix: str = "", remove_duplicate: bool = True):
+        """(dotted name, module) for this module and every descendant, each once."""
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        if remove_duplicate:
+            memo.add(id(self))
+        yield prefix, self
+        for name, module in self._modules.items():
+            if module is not None:
+                yield from module.named_modules(memo, f"{prefix}.{name}" if prefix else name, remove_duplicate)
+
+    def modules(self) -> Iterator["ModuleTree"]:
+        for _, module in self.named_modules():
+            yield module
+
+
+class Module(ModuleTree):
     """Base class of layers and models: subclasses set their parameters
     (Vars), buffers and sub-modules in ``__init__`` and compute in ``forward``."""
 
@@ -121,34 +153,7 @@ class Module:
         else:
             object.__delattr__(self, name)
 
-    # ---- traversal --------------------------------------------------------------------
-    def named_children(self) -> Iterator[tuple[str, "Module"]]:
-        seen = set()
-        for name, module in self._modules.items():
-            if module is not None and id(module) not in seen:
-                seen.add(id(module))
-                yield name, module
-
-    def children(self) -> Iterator["Module"]:
-        for _, module in self.named_children():
-            yield module
-
-    def named_modules(self, memo: set | None = None, prefix: str = "", remove_duplicate: bool = True):
-        """(dotted name, module) for this module and every descendant, each once."""
-        memo = set() if memo is None else memo
-        if id(self) in memo:
-            return
-        if remove_duplicate:
-            memo.add(id(self))
-        yield prefix, self
-        for name, module in self._modules.items():
-            if module is not None:
-                yield from module.named_modules(memo, f"{prefix}.{name}" if prefix else name, remove_duplicate)
-
-    def modules(self) -> Iterator["Module"]:
-        for _, module in self.named_modules():
-            yield module
-
+    # ---- traversal (children and modules: ModuleTree) ---------------------------------
     def _named_members(self, registry: str, prefix: str, recurse: bool, remove_duplicate: bool):
         seen = set()
         owners = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]

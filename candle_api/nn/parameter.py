@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..autograd import versions
 from ..errors import ShapeError
 from ..ops.creation import from_array
 from ..ops.shape import copy_into
@@ -26,3 +27,4 @@ def assign_(target: Tensor, value, name: str = "tensor") -> None:
         raise ShapeError(f"{name}: a value of shape {value.shape} for a tensor of shape {target.shape}")
     value = value.detach().to_device(target.device).to_dtype(target.dtype)
     copy_into(target, target._layout, value)
+    versions.bump(target)

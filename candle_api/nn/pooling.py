@@ -30,13 +30,14 @@ class MaxPool2d(_Pool2d):
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices: bool = False,
                  ceil_mode: bool = False) -> None:
-        if return_indices:
-            raise NotImplementedError("MaxPool2d: return_indices=True is not supported")
         super().__init__(kernel_size, stride, padding, ceil_mode)
-        self.dilation = dilation
+        self.dilation, self.return_indices = dilation, return_indices
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+    def forward(self, x: Tensor):
+        """The maxima; with return_indices, ``(maxima, indices)``: u32 flat indices
+        into each input plane of the windows' first maxima, as PyTorch's."""
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                            self.return_indices)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", dilation={self.dilation}"

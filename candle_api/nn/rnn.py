@@ -1,18 +1,23 @@
 """Recurrent layers: LSTM and GRU with PyTorch's semantics and parameter names
-(``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0``, ``bias_hh_l0``, and
-``..._reverse`` for the backward direction), multi-layer, bidirectional,
-``batch_first``; and LSTMCell and GRUCell, one step of the same cells with
-the same parameters (without the ``_l0`` suffix). Steps are kept as separate
-tensors between layers and only stacked at the end: slicing a stacked tensor
-once per step would cost a full-size gradient per step in the backward pass."""
+(``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0``, ``bias_hh_l0``, LSTM's
+``weight_hr_l0`` with ``proj_size``, and ``..._reverse`` for the backward
+direction), multi-layer, bidirectional, ``batch_first``, dropout between
+layers in training; and LSTMCell and GRUCell, one step of the same cells with
+the same parameters (without the ``_l0`` suffix).
+
+Each layer and direction is one fused recurrent op
+(:func:`candle_api.ops.rnn.lstm_layer`, ``gru_layer``): a native kernel on
+the cpu device, the step-by-step decomposition elsewhere. An LSTM with
+``proj_size`` runs its steps one by one (the projection of h sits inside the
+recurrence)."""
 
 from __future__ import annotations
 
 import math
 
-from .. import functional as F
 from ..errors import ShapeError
 from ..ops.creation import zeros
+from ..ops.rnn import gru_layer, lstm_cell, lstm_layer, project
 from ..ops.shape import cat, stack
 from ..tensor import Tensor
 from .dropout import dropout
@@ -21,107 +26,80 @@ from .module import Module
 from .var_builder import VarBuilder, get_parameter, layer_builder
 
 
-def _add_cell_parameters(module: Module, vb: VarBuilder, suffix: str, input_size: int) -> list:
-    """Registers one cell's weight_ih, weight_hh (and bias_ih, bias_hh) with
-    ``suffix``, as PyTorch initializes them: U(-1/sqrt(hidden), 1/sqrt(hidden));
-    returns their names."""
+def _add_cell_parameters(module: Module, vb: VarBuilder, suffix: str, input_size: int, state_size: int,
+                         proj_size: int = 0) -> list:
+    """Registers one cell's weight_ih, weight_hh (and bias_ih, bias_hh, weight_hr)
+    with ``suffix``, in PyTorch's order and as it initializes them:
+    U(-1/sqrt(hidden), 1/sqrt(hidden)). Returns the names of (w_ih, w_hh, b_ih,
+    b_hh, w_hr), None for those it does not have."""
     hidden, rows = module.hidden_size, module._gates * module.hidden_size
     k = 1.0 / math.sqrt(hidden)
     init = Uniform(-k, k)
-    names = [f"weight_ih{suffix}", f"weight_hh{suffix}"]
-    setattr(module, names[0], get_parameter(vb, (rows, input_size), names[0], init))
-    setattr(module, names[1], get_parameter(vb, (rows, hidden), names[1], init))
+    shapes = {"weight_ih": (rows, input_size), "weight_hh": (rows, state_size)}
     if module.bias:
-        names += [f"bias_ih{suffix}", f"bias_hh{suffix}"]
-        for name in names[2:]:
-            setattr(module, name, get_parameter(vb, (rows,), name, init))
-    return names
+        shapes.update({"bias_ih": (rows,), "bias_hh": (rows,)})
+    if proj_size:
+        shapes["weight_hr"] = (proj_size, hidden)
+    for role, shape in shapes.items():
+        setattr(module, role + suffix, get_parameter(vb, shape, role + suffix, init))
+    return [role + suffix if role in shapes else None
+            for role in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")]
 
 
 def _weights(module: Module, names: list) -> tuple:
-    """(w_ih, w_hh, b_ih, b_hh) of one cell, the biases None when absent."""
-    w_ih, w_hh, *biases = (getattr(module, n) for n in names)
-    return (w_ih, w_hh, *(biases or (None, None)))
-
-
-def _step(cell, x: Tensor, state: tuple, w_ih, w_hh, b_ih, b_hh) -> tuple:
-    """One time step of ``cell`` over x (batch, features): the next state tuple."""
-    xw = x.matmul(w_ih.t())
-    return cell(xw + b_ih if b_ih is not None else xw, state, w_hh, b_hh)
-
-
-def _lstm_cell(xw, state, w_hh, b_hh):
-    """One LSTM step from the input's projection ``xw`` (bias included) and
-    ``(h, c)``; the weights stack the gates i, f, g, o."""
-    h, c = state
-    gates = xw + h.matmul(w_hh.t())
-    if b_hh is not None:
-        gates = gates + b_hh
-    i, f, g, o = gates.chunk(4, -1)
-    c = F.sigmoid(f) * c + F.sigmoid(i) * F.tanh(g)
-    return F.sigmoid(o) * F.tanh(c), c
-
-
-def _gru_cell(xw, state, w_hh, b_hh):
-    """One GRU step, as :func:`_lstm_cell`, with ``(h,)``; the gates are r, z, n."""
-    (h,) = state
-    hw = h.matmul(w_hh.t())
-    if b_hh is not None:
-        hw = hw + b_hh
-    xr, xz, xn = xw.chunk(3, -1)
-    hr, hz, hn = hw.chunk(3, -1)
-    r = F.sigmoid(xr + hr)
-    z = F.sigmoid(xz + hz)
-    n = F.tanh(xn + r * hn)
-    return (n + z * (h - n),)  # (1 - z) * n + z * h
+    """(w_ih, w_hh, b_ih, b_hh, w_hr) of one cell, absent ones None."""
+    return tuple(None if n is None else getattr(module, n) for n in names)
 
 
 class _RNNBase(Module):
-    """What LSTM and GRU share; each sets ``_cell``, its step function."""
+    """What LSTM and GRU share; each sets ``_gates`` and ``_states``, and runs a
+    layer in one direction with ``_layer``."""
 
     _gates: int  # blocks stacked in the weights: 4 for LSTM (i, f, g, o), 3 for GRU (r, z, n)
     _states: int  # tensors carried from step to step: 2 for LSTM (h, c), 1 for GRU (h)
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, device=None,
-                 dtype=None, *, vb: VarBuilder | None = None) -> None:
+                 dtype=None, *, vb: VarBuilder | None = None, proj_size: int = 0) -> None:
         super().__init__()
+        name = type(self).__name__
         if num_layers < 1 or hidden_size < 1:
-            raise ValueError(f"{type(self).__name__}: num_layers and hidden_size must be positive")
+            raise ValueError(f"{name}: num_layers and hidden_size must be positive")
         if not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"{type(self).__name__}: dropout must be in [0, 1], got {dropout}")
+            raise ValueError(f"{name}: dropout must be in [0, 1], got {dropout}")
+        if not 0 <= proj_size < hidden_size:
+            raise ValueError(f"{name}: proj_size must be in [0, hidden_size), got {proj_size}")
         vb = layer_builder(vb, dtype, device)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout, self.bidirectional = bias, batch_first, dropout, bidirectional
+        self.proj_size = proj_size
         directions = 2 if bidirectional else 1
-        self._cells = []  # parameter names (w_ih, w_hh, b_ih, b_hh) per layer and direction
+        out_size = proj_size or hidden_size
+        self._cells = []  # parameter names (w_ih, w_hh, b_ih, b_hh, w_hr) per layer and direction
         for layer in range(num_layers):
-            layer_input = input_size if layer == 0 else hidden_size * directions
+            layer_input = input_size if layer == 0 else out_size * directions
             for direction in range(directions):
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
-                self._cells.append(_add_cell_parameters(self, vb, suffix, layer_input))
+                self._cells.append(_add_cell_parameters(self, vb, suffix, layer_input, out_size, proj_size))
 
-    def _run(self, xs: list, names: list, state: tuple, reverse: bool) -> tuple[list, tuple]:
-        """One layer in one direction over the steps xs (each (batch, features)):
-        the output of every step and the final state."""
-        weights = _weights(self, names)
-        outputs = [None] * len(xs)
-        for t in reversed(range(len(xs))) if reverse else range(len(xs)):
-            state = _step(self._cell, xs[t], state, *weights)
-            outputs[t] = state[0]
-        return outputs, state
+    def _layer(self, x: Tensor, weights: tuple, states: list, reverse: bool) -> tuple:
+        """One layer in one direction over x (steps, batch, features): (outputs of every step, final states)."""
+        raise NotImplementedError
 
     def _initial_state(self, hx, batch: int, like: Tensor) -> list:
-        """The initial states as one (layers * directions, batch, hidden) tensor per state kind."""
-        expected = (self.num_layers * (2 if self.bidirectional else 1), batch, self.hidden_size)
+        """The initial states as one (layers * directions, batch, size) tensor per state kind."""
+        layers = self.num_layers * (2 if self.bidirectional else 1)
+        sizes = [self.proj_size or self.hidden_size, self.hidden_size][:self._states]
         if hx is None:
-            return [zeros(expected, dtype=like.dtype, device=like.device)] * self._states
+            return [zeros((layers, batch, size), dtype=like.dtype, device=like.device) for size in sizes]
         hx = list(hx) if self._states > 1 else [hx]
         if len(hx) != self._states:
             raise ShapeError(f"{type(self).__name__}: hx must hold {self._states} tensors, got {len(hx)}")
-        for h in hx:
-            if h.shape != expected:
-                raise ShapeError(f"{type(self).__name__}: initial state of shape {h.shape}, expected {expected}")
+        for h, size in zip(hx, sizes):
+            if not isinstance(h, Tensor) or h.shape != (layers, batch, size):
+                got = h.shape if isinstance(h, Tensor) else type(h).__name__
+                raise ShapeError(f"{type(self).__name__}: initial state of shape {got}, expected "
+                                 f"{(layers, batch, size)}")
         return hx
 
     def forward(self, input: Tensor, hx=None):
@@ -129,34 +107,33 @@ class _RNNBase(Module):
         (time, features) unbatched. Returns the last layer's outputs for every step
         and the final states (layers * directions, batch, hidden)."""
         name = type(self).__name__
-        if input.rank not in (2, 3) or input.shape[-1] != self.input_size:
+        if not isinstance(input, Tensor) or input.rank not in (2, 3) or input.shape[-1] != self.input_size:
+            got = input.shape if isinstance(input, Tensor) else type(input).__name__
             raise ShapeError(f"{name}: expected a 2-d or 3-d input with {self.input_size} features in the last dim, "
-                             f"got shape {input.shape}")
+                             f"got shape {got}")
         unbatched = input.rank == 2
+        batch_first = self.batch_first and not unbatched
         if unbatched:
-            x = input.unsqueeze(1)
+            input = input.unsqueeze(1)
             hx = None if hx is None else ([h.unsqueeze(1) for h in hx] if self._states > 1 else hx.unsqueeze(1))
-        else:
-            x = input.transpose(0, 1) if self.batch_first else input
-        initial = self._initial_state(hx, x.shape[1], x)
+        initial = self._initial_state(hx, input.shape[0 if batch_first else 1], input)
         directions = 2 if self.bidirectional else 1
-        steps = [x[t] for t in range(x.shape[0])]
-        finals = []
+        x, finals = input.transpose(0, 1) if batch_first else input, []  # a view: the ops take any strides
         for layer in range(self.num_layers):
             outputs = []
             for direction in range(directions):
                 i = layer * directions + direction
-                out, state = self._run(steps, self._cells[i], tuple(s[i] for s in initial), bool(direction))
+                weights = _weights(self, self._cells[i])
+                out, states = self._layer(x, weights, [s[i] for s in initial], bool(direction))
                 outputs.append(out)
-                finals.append(state)
-            steps = outputs[0] if directions == 1 else [cat(pair, -1) for pair in zip(*outputs)]
+                finals.append(states)
+            x = outputs[0] if directions == 1 else cat(outputs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
-                steps = [dropout(s, self.dropout) for s in steps]
-        x = stack(steps, 0)
+                x = dropout(x, self.dropout)
         states = [stack([f[k] for f in finals], 0) for k in range(self._states)]
         if unbatched:
             x, states = x.squeeze(1), [s.squeeze(1) for s in states]
-        elif self.batch_first:
+        elif batch_first:
             x = x.transpose(0, 1)
         return x, (tuple(states) if self._states > 1 else states[0])
 
@@ -172,25 +149,63 @@ class _RNNBase(Module):
             s += f", dropout={self.dropout}"
         if self.bidirectional:
             s += ", bidirectional=True"
+        if self.proj_size:
+            s += f", proj_size={self.proj_size}"
         return s
 
 
 class LSTM(_RNNBase):
-    """Returns ``output, (h_n, c_n)``; ``hx`` is ``(h_0, c_0)`` or None (zeros)."""
+    """Returns ``output, (h_n, c_n)``; ``hx`` is ``(h_0, c_0)`` or None (zeros).
+    With ``proj_size`` P, h is projected to P features (``weight_hr``)."""
 
-    _gates, _states, _cell = 4, 2, staticmethod(_lstm_cell)
+    _gates, _states = 4, 2
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
+                 device=None, dtype=None, *, vb: VarBuilder | None = None) -> None:
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, device,
+                         dtype, vb=vb, proj_size=proj_size)
+
+    def _layer(self, x, weights, states, reverse):
+        w_ih, w_hh, b_ih, b_hh, w_hr = weights
+        if w_hr is not None:
+            return _projected(x, w_ih, w_hh, b_ih, b_hh, w_hr, states, reverse)
+        steps = x.shape[0]
+        out = lstm_layer(x, w_ih, w_hh, states[0], states[1], b_ih, b_hh, reverse=reverse)
+        return out.narrow(0, 0, steps), (out[steps], out[steps + 1])
+
+
+def _projected(x, w_ih, w_hh, b_ih, b_hh, w_hr, states, reverse) -> tuple:
+    """An LSTM layer with h projected by w_hr at every step, a step at a time."""
+    xw = project(x, w_ih)
+    h, c = states
+    bias = None if b_ih is None else b_ih + b_hh
+    outputs = [None] * xw.shape[0]
+    for t in reversed(range(xw.shape[0])) if reverse else range(xw.shape[0]):
+        z = xw[t] + h.matmul(w_hh.t())
+        h, c = lstm_cell(z if bias is None else z + bias, c)
+        h = outputs[t] = h.matmul(w_hr.t())
+    if not outputs:
+        return zeros((0,) + h.shape, dtype=h.dtype, device=h.device), (h, c)
+    return stack(outputs, 0), (h, c)
 
 
 class GRU(_RNNBase):
     """Returns ``output, h_n``; ``hx`` is ``h_0`` or None (zeros)."""
 
-    _gates, _states, _cell = 3, 1, staticmethod(_gru_cell)
+    _gates, _states = 3, 1
+
+    def _layer(self, x, weights, states, reverse):
+        w_ih, w_hh, b_ih, b_hh, _ = weights
+        steps = x.shape[0]
+        out = gru_layer(x, w_ih, w_hh, states[0], b_ih, b_hh, reverse=reverse)
+        return out.narrow(0, 0, steps), (out[steps],)
 
 
 class _RNNCellBase(Module):
     """One step of LSTM or GRU with PyTorch's parameter names (``weight_ih``,
     ``weight_hh``, ``bias_ih``, ``bias_hh``); input (batch, input_size) or
-    (input_size,) unbatched. Subclasses set ``_gates``, ``_states`` and ``_cell`` as LSTM and GRU do."""
+    (input_size,) unbatched: the layer op over one step."""
 
     _gates: int
     _states: int
@@ -201,24 +216,30 @@ class _RNNCellBase(Module):
         if hidden_size < 1:
             raise ValueError(f"{type(self).__name__}: hidden_size must be positive")
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
-        self._names = _add_cell_parameters(self, layer_builder(vb, dtype, device), "", input_size)
+        self._names = _add_cell_parameters(self, layer_builder(vb, dtype, device), "", input_size, hidden_size)
 
     def _forward(self, input: Tensor, hx) -> tuple:
         name = type(self).__name__
-        if input.rank not in (1, 2) or input.shape[-1] != self.input_size:
+        if not isinstance(input, Tensor) or input.rank not in (1, 2) or input.shape[-1] != self.input_size:
+            got = input.shape if isinstance(input, Tensor) else type(input).__name__
             raise ShapeError(f"{name}: expected a 1-d or 2-d input with {self.input_size} features in the last dim, "
-                             f"got shape {input.shape}")
+                             f"got shape {got}")
         expected = input.shape[:-1] + (self.hidden_size,)
         if hx is None:
             hx = (zeros(expected, dtype=input.dtype, device=input.device),) * self._states
         for h in hx:
-            if h.shape != expected:
-                raise ShapeError(f"{name}: state of shape {h.shape}, expected {expected}")
-        if input.rank == 1:  # unbatched: one step of a batch of one
-            state = _step(self._cell, input.unsqueeze(0), tuple(h.unsqueeze(0) for h in hx),
-                          *_weights(self, self._names))
-            return tuple(s.squeeze(0) for s in state)
-        return _step(self._cell, input, tuple(hx), *_weights(self, self._names))
+            if not isinstance(h, Tensor) or h.shape != expected:
+                got = h.shape if isinstance(h, Tensor) else type(h).__name__
+                raise ShapeError(f"{name}: state of shape {got}, expected {expected}")
+        batched = input.rank == 2
+        x = input if batched else input.unsqueeze(0)
+        states = [h if batched else h.unsqueeze(0) for h in hx]
+        w_ih, w_hh, b_ih, b_hh, _ = _weights(self, self._names)
+        if self._states == 2:
+            out = lstm_layer(x.unsqueeze(0), w_ih, w_hh, states[0], states[1], b_ih, b_hh)
+        else:
+            out = gru_layer(x.unsqueeze(0), w_ih, w_hh, states[0], b_ih, b_hh)
+        return tuple(out[1 + k] if batched else out[1 + k, 0] for k in range(self._states))
 
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
@@ -227,7 +248,7 @@ class _RNNCellBase(Module):
 class LSTMCell(_RNNCellBase):
     """Returns ``(h_1, c_1)``; ``hx`` is ``(h_0, c_0)`` or None (zeros)."""
 
-    _gates, _states, _cell = 4, 2, staticmethod(_lstm_cell)
+    _gates, _states = 4, 2
 
     def forward(self, input: Tensor, hx=None) -> tuple:
         if hx is not None and len(hx) != 2:
@@ -238,7 +259,7 @@ class LSTMCell(_RNNCellBase):
 class GRUCell(_RNNCellBase):
     """Returns ``h_1``; ``hx`` is ``h_0`` or None (zeros)."""
 
-    _gates, _states, _cell = 3, 1, staticmethod(_gru_cell)
+    _gates, _states = 3, 1
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
         return self._forward(input, None if hx is None else (hx,))[0]

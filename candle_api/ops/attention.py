@@ -11,11 +11,11 @@ import math
 
 from ..autograd.engine import grad as autograd_grad
 from ..autograd.graph import enable_grad
-from ..dtype import u8
+from ..dtype import bool_, u8
 from ..errors import DTypeError, ShapeError
 from ..layout import Layout
 from ..tensor import Tensor
-from .core import broadcast_shape, check_tensor, require_float, same_device, same_dtype
+from .core import broadcast_shape, check_tensor, reinterpret, require_float, same_device, same_dtype
 from .creation import arange
 from .dispatch import OpDef, apply, define
 from .elementwise import where
@@ -28,8 +28,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     """softmax(query @ key^T * scale + mask) @ value over the last two dims.
 
     query is (..., L, E), key (..., S, E), value (..., S, Ev); batch dims
-    broadcast. ``attn_mask`` broadcasts to (..., L, S): a u8 mask keeps the
-    keys where it is nonzero (PyTorch's bool mask), a float mask of the
+    broadcast. ``attn_mask`` broadcasts to (..., L, S): a bool or u8 mask keeps
+    the keys where it is nonzero (PyTorch's bool mask), a float mask of the
     query's dtype is added to the scores. ``is_causal`` lets query i see keys
     j <= i (the top-left alignment PyTorch uses). ``scale`` defaults to
     1/sqrt(E). With ``enable_gqa`` the query heads (dim -3) are shared out in
@@ -54,8 +54,10 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         same_device(op, query, attn_mask)
         if is_causal:
             raise ValueError(f"{op}: pass attn_mask or is_causal, not both")
+        if attn_mask._dtype is bool_:  # a bool mask is u8's bytes: backends see u8
+            attn_mask = reinterpret(attn_mask, u8)
         if attn_mask._dtype is not u8 and attn_mask._dtype is not dtype:
-            raise DTypeError(f"{op}: attn_mask must be u8 (keep where nonzero) or {dtype} (added), "
+            raise DTypeError(f"{op}: attn_mask must be bool or u8 (keep where nonzero) or {dtype} (added), "
                              f"got {attn_mask._dtype}")
     if scale is None:
         scale = 1.0 / math.sqrt(e) if e else 1.0

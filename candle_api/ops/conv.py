@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..autograd.graph import no_grad
 from ..errors import ShapeError
 from ..tensor import Tensor
 from .core import check_tensor, require_float, same_device, same_dtype, view
+from .creation import from_array, full
 from .dispatch import OPS, OpDef, apply, define
-from .shape import contiguous, copy_into
+from .elementwise import where
+from .shape import cat, contiguous, copy_into
 
 
 def _pair(v, name: str) -> tuple[int, int]:
@@ -195,6 +198,13 @@ def _pool_out(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int
 def pool2d(op: str, x: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
            count_include_pad=True) -> Tensor:
     """max_pool2d / avg_pool2d over (b, c, h, w); stride defaults to the kernel size."""
+    x, unbatched, params = _pool_params(op, x, kernel_size, stride, padding, dilation, ceil_mode, count_include_pad)
+    result = apply(POOL[op], x, params=params)
+    return result.squeeze(0) if unbatched else result
+
+
+def _pool_params(op: str, x: Tensor, kernel_size, stride, padding, dilation, ceil_mode, count_include_pad):
+    """(x as 4-d, whether it was 3-d, the kernel's params), the arguments checked."""
     check_tensor(op, x)
     x, unbatched = _batched(op, x, 4)
     kh, kw = _pair(kernel_size, "kernel_size")
@@ -209,9 +219,44 @@ def pool2d(op: str, x: Tensor, kernel_size, stride=None, padding=0, dilation=1, 
     oh, ow = _pool_out(h, kh, sh, ph, dh, ceil_mode), _pool_out(w, kw, sw, pw, dw, ceil_mode)
     if oh <= 0 or ow <= 0:
         raise ShapeError(f"{op}: input {x.shape} is too small for a {kh}x{kw} window")
-    params = (b, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, int(bool(count_include_pad)))
-    result = apply(POOL[op], x, params=params)
-    return result.squeeze(0) if unbatched else result
+    return x, unbatched, (b, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, int(bool(count_include_pad)))
+
+
+def max_pool2d_indices(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> Tensor:
+    """Where each window's maximum is, as PyTorch's return_indices gives it: the
+    flat index into its input plane (row * width + col) of the first maximum in
+    the window's row-major order (of the last NaN, where there is one); u32.
+    Composed of strided views of the input, one per window tap."""
+    x, unbatched, params = _pool_params("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode, True)
+    b, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, _ = params
+    lowest = float("-inf") if x.dtype.is_float else int(np.iinfo(x.dtype.np).min)
+    # pad so that every tap of every window (ceil_mode's last ones too) is in range; padding never wins
+    extra_h, extra_w = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + 2 * ph)), max(0, (ow - 1) * sw + (kw - 1) * dw
+                                                                                     + 1 - (w + 2 * pw))
+    padded = x
+    for dim, before, after in ((2, ph, ph + extra_h), (3, pw, pw + extra_w)):
+        parts = [full(padded.shape[:dim] + (n,) + padded.shape[dim + 1:], lowest, dtype=x.dtype, device=x.device)
+                 for n in (before, after)]
+        padded = cat([parts[0], padded, parts[1]], dim) if before or after else padded
+    best = index = None
+    seen = np.zeros((oh, ow), bool)  # windows that have met a tap inside the input (padding never wins)
+    with no_grad():
+        for i in range(kh):
+            for j in range(kw):
+                tap = padded[:, :, i * dh: i * dh + (oh - 1) * sh + 1: sh, j * dw: j * dw + (ow - 1) * sw + 1: sw]
+                rows, cols = np.arange(oh) * sh - ph + i * dh, np.arange(ow) * sw - pw + j * dw
+                inside = ((rows >= 0) & (rows < h))[:, None] & ((cols >= 0) & (cols < w))[None, :]
+                at = from_array(np.where(inside, rows[:, None] * w + cols[None, :], 0).astype(np.uint32), None,
+                                x.device)
+                first = from_array(inside & ~seen, None, x.device)
+                seen |= inside
+                if best is None:
+                    best, index = tap, at.broadcast_as(tap.shape)
+                    continue
+                better = (tap > best).maximum(tap != tap) if x.dtype.is_float else tap > best
+                wins = better.logical_and(from_array(inside, None, x.device)).logical_or(first)
+                best, index = where(wins, tap, best), where(wins, at, index)
+    return index.squeeze(0) if unbatched else index.contiguous()
 
 
 def _pool_prepare(x, params):
@@ -289,8 +334,13 @@ def _avg_divisor(params, like) -> Tensor:
     return from_array(div, like.dtype, like.device)
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> Tensor:
-    return pool2d("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """The window maxima; with return_indices, ``(maxima, indices)`` as PyTorch's
+    (see :func:`max_pool2d_indices`)."""
+    out = pool2d("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+    if not return_indices:
+        return out
+    return out, max_pool2d_indices(x, kernel_size, stride, padding, dilation, ceil_mode)
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True) -> Tensor:

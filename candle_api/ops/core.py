@@ -27,6 +27,12 @@ def view(x: Tensor, layout: Layout) -> Tensor:
     return make(x._storage, layout, x._dtype, x._device)
 
 
+def reinterpret(x: Tensor, dtype) -> Tensor:
+    """x's bytes read as dtype of the same size (a bool mask as u8, a u8 of 0/1
+    as bool): a view, never recorded for autograd."""
+    return make(x._storage, x._layout, dtype, x._device)
+
+
 def derived_view(x: Tensor, layout: Layout, op: str, backward) -> Tensor:
     """A view of x that autograd follows: ``backward(g)`` is x's gradient."""
     t = make(x._storage, layout, x._dtype, x._device)

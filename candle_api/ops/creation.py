@@ -91,7 +91,7 @@ def from_array(arr: np.ndarray, dtype=None, device=None, copy: bool = True) -> T
         arr = arr.astype(dt.np)
         copy = False  # already a fresh array
     shape = check_shape(arr.shape)
-    storage, layout = dev.backend.from_numpy(arr, copy)
+    storage, layout = dev.backend.from_numpy(arr.view(np.uint8) if dt.is_bool else arr, copy)
     return make(storage, layout if layout is not None else Layout.contig(shape), dt, dev)
 
 
@@ -152,7 +152,7 @@ def ones(*shape, dtype=None, device=None) -> Tensor:
 
 def full(shape, fill_value, dtype=None, device=None) -> Tensor:
     if dtype is None:
-        dtype = _infer_dtype(np.asarray(fill_value)) if not isinstance(fill_value, bool) else "u8"
+        dtype = _infer_dtype(np.asarray(fill_value))  # True/False: bool, as torch.full gives
     return _fill((shape,) if isinstance(shape, int) else tuple(shape), fill_value, dtype, device)
 
 
@@ -291,21 +291,49 @@ def to_device(x: Tensor, device) -> Tensor:
 
 
 def to(x: Tensor, *args, **kwargs) -> Tensor:
-    dtype = kwargs.pop("dtype", None)
-    device = kwargs.pop("device", None)
+    """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)`` (other's
+    dtype and device), or the keywords ``dtype``, ``device``, ``other``
+    (PyTorch's ``non_blocking`` and ``copy`` too). An argument that is neither
+    a dtype, a device nor a tensor, or no argument, is a TypeError; a dtype or
+    device given twice is a ValueError (candle-pyo3's rules)."""
+    copy = kwargs.pop("copy", False)
+    kwargs.pop("non_blocking", None)
+    wanted = {"dtype": None, "device": None}
+    named = [(key, value) for key in ("dtype", "device") if (value := kwargs.pop(key, None)) is not None]
+    other = kwargs.pop("other", None)
     if kwargs:
         raise TypeError(f"to() got unexpected arguments {sorted(kwargs)}")
-    for arg in args:
+    for arg in args + ((other,) if other is not None else ()):
         if isinstance(arg, Tensor):
-            dtype, device = arg.dtype, arg.device
-        elif _is_dtype(arg):
-            dtype = arg
+            _set_once(wanted, "dtype", arg.dtype)
+            _set_once(wanted, "device", arg.device)
         else:
-            device = arg
+            _set_once(wanted, _kind_of(arg), arg)
+    for key, value in named:
+        if key == "dtype" and not _is_dtype(value):
+            raise TypeError(f"to(dtype=...): {value!r} is not a dtype")
+        _set_once(wanted, key, value)
+    dtype, device = wanted["dtype"], wanted["device"]
     if dtype is None and device is None:
         raise TypeError("to() needs a dtype, a device or a tensor")
     out = x.to_device(device) if device is not None else x
-    return out.to_dtype(dtype) if dtype is not None else out
+    out = out.to_dtype(dtype) if dtype is not None else out
+    return out.copy() if copy and out is x else out
+
+
+def _set_once(wanted: dict, key: str, value) -> None:
+    if wanted[key] is not None:
+        raise ValueError(f"to(): the {key} is given twice ({wanted[key]} and {value})")
+    wanted[key] = value
+
+
+def _kind_of(arg) -> str:
+    """Whether a positional argument of to() is a dtype or a device; TypeError for neither."""
+    if _is_dtype(arg):
+        return "dtype"
+    if isinstance(arg, str) and device_mod.is_device_name(arg) or hasattr(arg, "type"):
+        return "device"
+    raise TypeError(f"to(): {arg!r} is neither a dtype, a device nor a tensor")
 
 
 def _is_dtype(value) -> bool:

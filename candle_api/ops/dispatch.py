@@ -16,6 +16,7 @@ is off.
 
 from __future__ import annotations
 
+from ..autograd import versions
 from ..autograd.graph import Node, _mode
 from ..contract.opdef import OpDef
 from ..contract.table import BY_NAME
@@ -186,19 +187,27 @@ def check_writable(name: str, *tensors) -> None:
 
 def _record(op: OpDef, out: Tensor, inputs: tuple, params: dict) -> None:
     """Gives out the node of op. Optional inputs passed as None are left out of
-    the node, and so are their gradients."""
+    the node, and so are their gradients. The backward sees the inputs and the
+    output as they were: one written in place since raises when it is read
+    (see :mod:`candle_api.autograd.versions`)."""
     backward = op.backward
     y = out.detach()  # a closure holding out itself would be a reference cycle
     present = tuple(i for i, t in enumerate(inputs) if t is not None)
+    if versions._COUNTS:
+        for t in inputs:
+            if t is not None:
+                versions.check_current(t, op.name)
+    saved = versions.snapshot(inputs + (y,))
 
     def grads(g):
         if backward is None:
             raise CandleError(f"op {op.name!r} has no backward: it cannot pass gradients to its inputs (give its "
                               "OpDef a backward, or a decompose and run it on a device without the kernel)")
-        every = tuple(backward(inputs, y, g, **params))
+        *seen, seen_y = versions.guarded(inputs + (y,), saved, op.name)
+        every = tuple(backward(tuple(seen), seen_y, g, **params))
         return every if len(present) == len(inputs) else tuple(every[i] for i in present)
 
-    out._node = Node(op.name, tuple(inputs[i] for i in present), grads)
+    out._node = Node(op.name, tuple(inputs[i] for i in present), grads, versions.rebases(out._storage))
 
 
 def _without_kernel(op: OpDef, dev, dtype, inputs, params):
@@ -215,14 +224,17 @@ def unsupported(name: str, device, dtype):
     """The UnsupportedOpError for an op with no kernel and no decomposition on
     device, naming the installed plugins and, for a contract row newer than
     the backend, both versions."""
-    from ..errors import UnsupportedOpError
+    from ..errors import UnsupportedDTypeError, UnsupportedOpError
     from ..registry import registry
 
+    row = BY_NAME.get(name)
+    if dtype == "bool" and (row is None or "bool" not in row.dtypes):
+        return UnsupportedDTypeError(f"op {name!r} takes no bool tensors: bool holds truth values (comparisons, "
+                                     "logical ops, where, masks, any/all); convert with .to_dtype() first")
     serving = registry().implementers("candle_api_backends", "candle_api_kernels")
     plugins = [f"{r.name} ({r.distribution} {r.version})".replace(" )", ")")
                for r in registry().records() if not r.error and r.name in serving]
     err = UnsupportedOpError(name, str(device), str(dtype) if dtype is not None else None, plugins)
-    row = BY_NAME.get(name)
     spec = registry().backends().get(getattr(device, "type", ""), (None,))[0]
     if row is not None and spec is not None and row.since > spec.contract_version:
         err.args = (f"{err.args[0]}; its kernel row was added in contract version {row.since} and the "

@@ -1,6 +1,10 @@
 """Elementwise ops: unary, unary with parameters, binary with NumPy
 broadcasting, comparisons (u8 results), where, casts and clamp.
 
+bool tensors take comparisons, where (as condition and as values) and casts;
+their kernels are u8's (the registry serves bool with them). A cast to bool is
+a comparison with 0, so nonzero (and NaN) is True, as in PyTorch.
+
 Binary ops need equal dtypes (Candle's rule; convert explicitly). A Python
 scalar operand takes the tensor's dtype: +, - and * become one affine kernel,
 other ops use a cached 0-d tensor broadcast with zero strides. A float scalar
@@ -15,10 +19,10 @@ import numbers
 import numpy as np
 
 from ..autograd.helpers import sum_to, where_or_zero
-from ..dtype import f16, u8
+from ..dtype import bool_, f16, u8
 from ..errors import DTypeError
 from ..tensor import Tensor
-from .core import broadcast_shape, check_tensor, has_kernel, same_device, same_dtype
+from .core import broadcast_shape, check_tensor, has_kernel, reinterpret, same_device, same_dtype
 from .creation import from_array
 from .dispatch import OpDef, apply, apply_binary, apply_one, apply_unary, define
 
@@ -227,7 +231,7 @@ def where(cond: Tensor, on_true, on_false) -> Tensor:
         on_true = scalar(on_true, ref._dtype, ref._device)
     if not isinstance(on_false, Tensor):
         on_false = scalar(on_false, ref._dtype, ref._device)
-    if cond._dtype is not u8:
+    if cond._dtype is not u8 and cond._dtype is not bool_:  # the kernel reads the condition's bytes
         cond = compare("ne", cond, 0)
     return apply(WHERE, cond, on_true, on_false)
 
@@ -250,6 +254,8 @@ def cast(x: Tensor, dtype) -> Tensor:
     (Rust's `as`, which Candle inherits); integers wrap into narrower integers."""
     if dtype is x._dtype:
         return x
+    if dtype is bool_:  # nonzero (NaN too) is True; backends never get bool as a cast's target
+        return reinterpret(compare("ne", x, 0), bool_)
     if dtype in x._device.dtypes:
         return apply_one(CAST, x, x._layout.shape, dtype, dtype)
     x._device.check_dtype(dtype)

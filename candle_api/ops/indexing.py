@@ -3,9 +3,9 @@ index_add and embedding.
 
 ``x[...]`` takes ints (negative count from the end), slices with any step,
 None, ``...``, integer lists / arrays / tensors (gathered along their dim,
-negative entries wrap) and boolean masks (numpy bool arrays, lists of bools,
-or u8 tensors such as comparison results, following PyTorch's old uint8
-rule). Ints, positive-step slices, None and ``...`` give views; the rest copy.
+negative entries wrap) and boolean masks (bool tensors, numpy bool arrays,
+lists of bools, or u8 tensors such as comparison results, following
+PyTorch's old uint8 rule). Ints, positive-step slices, None and ``...`` give views; the rest copy.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from ..autograd.graph import is_grad_enabled, record
 from ..autograd.helpers import scatter_view
-from ..dtype import INDEX_DTYPES, i64, u8
+from ..dtype import INDEX_DTYPES, bool_, i64, u8
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ..layout import Layout, normalize_dim
 from ..tensor import Tensor
@@ -75,12 +75,38 @@ def _consumed(item) -> int:
 def _as_mask(item):
     """The item as a numpy bool array if it is a mask, else None."""
     if isinstance(item, Tensor):
-        return item.numpy().astype(bool) if item.dtype is u8 else None
+        return item.numpy().astype(bool) if item.dtype is u8 or item.dtype is bool_ else None
     if isinstance(item, np.ndarray):
         return item if item.dtype == bool else None
     if isinstance(item, list) and item and all(isinstance(v, (bool, np.bool_)) for v in item):
         return np.asarray(item, dtype=bool)
     return None
+
+
+def masked_index(x: Tensor, index):
+    """For ``x[index] = value``: a bool mask on x's device shaped to broadcast
+    over x (its leading dims), when index is one mask; else None."""
+    mask = _as_mask(index) if not isinstance(index, tuple) else None
+    if mask is None:
+        return None
+    if mask.shape != x.shape[: mask.ndim]:
+        raise IndexError(f"mask of shape {mask.shape} does not match dims {x.shape[:mask.ndim]}")
+    return from_array(mask.reshape(mask.shape + (1,) * (x.rank - mask.ndim)), bool_, x._device)
+
+
+def picked_index(x: Tensor, index):
+    """For ``x[index] = value``: (dim, i64 indices) when index picks along one dim
+    with a 1-d list or integer tensor (full slices before it); else None."""
+    items = index if isinstance(index, tuple) else (index,)
+    lead = 0
+    while lead < len(items) and isinstance(items[lead], slice) and items[lead] == slice(None):
+        lead += 1
+    if lead != len(items) - 1 or not _is_advanced(items[lead]) or _as_mask(items[lead]) is not None:
+        return None
+    ids = _index_tensor(items[lead], x.shape[lead], x._device)
+    if ids.rank != 1:
+        raise IndexError(f"x[...] = value takes one 1-d list of indices along a dim, got shape {ids.shape}")
+    return lead, ids
 
 
 def _getitem(x: Tensor, index: tuple) -> Tensor:

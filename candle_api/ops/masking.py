@@ -1,7 +1,7 @@
 """Masks: triangles (tril, triu and Candle's tril2 / triu2), masked_fill,
 masked_select and nonzero, built on the device from comparisons, where,
-cumsum, scatter and index_select. Masks are u8 (any integer works: nonzero
-is true), as Candle's comparisons give them.
+cumsum, scatter and index_select. Masks are bool or u8 (as Candle's
+comparisons give them; any integer works: nonzero is true).
 
 nonzero and masked_select have a data-dependent size: the count of true
 elements is read back (one scalar, as PyTorch synchronizes too); the indices
@@ -56,13 +56,13 @@ def triu2(n: int, dtype=None, device=None) -> Tensor:
 
 def _check_mask(op: str, mask) -> Tensor:
     check_tensor(op, mask, "mask")
-    if not mask._dtype.is_int:
-        raise DTypeError(f"{op}: the mask must be u8 (or another integer dtype), got {mask._dtype}")
+    if mask._dtype.is_float:
+        raise DTypeError(f"{op}: the mask must be bool or u8 (or another integer dtype), got {mask._dtype}")
     return mask
 
 
 def masked_fill(x: Tensor, mask: Tensor, value) -> Tensor:
-    """x with value (a scalar or a 0-d tensor) where mask, broadcast to x's shape, is nonzero."""
+    """x with value (a scalar or a 0-d tensor) where mask (bool or u8), broadcast to x's shape, is nonzero."""
     check_tensor("masked_fill", x)
     _check_mask("masked_fill", mask)
     same_device("masked_fill", x, mask)

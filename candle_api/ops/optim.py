@@ -4,6 +4,7 @@ elementwise ops. ``candle_api.optim`` builds its optimizers on these."""
 
 from __future__ import annotations
 
+from ..autograd import versions
 from ..autograd.graph import no_grad
 from ..tensor import Tensor
 from .dispatch import OpDef, apply, check_writable, define
@@ -12,6 +13,12 @@ from .shape import contiguous, copy_into
 
 def _assign(dst: Tensor, value: Tensor) -> None:
     copy_into(dst, dst._layout, value)
+
+
+def _written(*tensors: Tensor) -> None:
+    """Counts the step's writes, so a graph that saved a parameter before it refuses to use it after."""
+    for t in tensors:
+        versions.bump(t)
 
 
 @no_grad()
@@ -27,6 +34,7 @@ def adamw_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor,
         apply(ADAMW_STEP, param, contiguous(grad), exp_avg, exp_avg_sq, **hyper)
     else:
         _adamw_decomposed(param, grad, exp_avg, exp_avg_sq, **hyper)
+    _written(param, exp_avg, exp_avg_sq)
 
 
 def _adamw_decomposed(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, step):
@@ -58,6 +66,7 @@ def sgd_step(param: Tensor, grad: Tensor, momentum_buf: Tensor | None, first: bo
         apply(SGD_STEP, param, contiguous(grad), momentum_buf, **hyper)
     else:
         _sgd_decomposed(param, grad, momentum_buf, **hyper)
+    _written(*buffers)
 
 
 def _sgd_decomposed(param, grad, momentum_buf, lr, weight_decay, momentum, dampening, nesterov, first):

@@ -1,12 +1,13 @@
 """Predicates and truth reductions: isnan, isinf, isfinite, isclose, allclose,
-any, all. There is no bool dtype: results are u8 tensors of 0/1, as Candle's
-comparisons (allclose is a Python bool, as in PyTorch)."""
+any, all. Predicates give u8 tensors of 0/1, as Candle's comparisons; any and
+all give bool for a bool input and u8 otherwise, as PyTorch's do for bool and
+uint8 (allclose is a Python bool, as in PyTorch)."""
 
 from __future__ import annotations
 
 import math
 
-from ..dtype import f64, u8
+from ..dtype import bool_, f64, u8
 from ..tensor import Tensor
 from .core import check_tensor, dims_arg, same_device, same_dtype
 from .creation import full
@@ -42,6 +43,8 @@ def isclose(a: Tensor, b: Tensor, rtol: float = 1e-05, atol: float = 1e-08, equa
     check_tensor("isclose", b, "other")
     same_dtype("isclose", a, b)
     same_device("isclose", a, b)
+    if a._dtype.is_bool:
+        return a == b
     wider = f64 if a._dtype.is_int else _ACCUMULATE.get(a._dtype, a._dtype)
     a, b = cast(a, wider), cast(b, wider)
     diff = abs(a - b)
@@ -57,17 +60,20 @@ def _truth(op: str, x: Tensor, dim, keepdim: bool) -> Tensor:
     """any/all as max/min of x != 0; an empty reduction is False/True, as in PyTorch."""
     check_tensor(op, x)
     dims = dims_arg(op, dim, x.rank)
+    out = bool_ if x._dtype is bool_ else u8
     if any(x.shape[d] == 0 for d in dims):
-        return full(_out_shape(x.shape, dims, keepdim), int(op == "all"), dtype=u8, device=x._device)
-    return reduce("max" if op == "any" else "min", compare("ne", x, 0), dims, keepdim)
+        return full(_out_shape(x.shape, dims, keepdim), int(op == "all"), dtype=out, device=x._device)
+    mask = x if out is bool_ else compare("ne", x, 0)
+    return reduce("max" if op == "any" else "min", mask, dims, keepdim)
 
 
 def any_(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    """u8: 1 where some element along dim (all dims when None) is nonzero (NaN counts)."""
+    """Whether some element along dim (all dims when None) is nonzero (NaN counts):
+    bool for a bool x, else u8."""
     return _truth("any", x, dim, keepdim)
 
 
 def all_(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
-    """u8: 1 where every element along dim (all dims when None) is nonzero."""
+    """Whether every element along dim (all dims when None) is nonzero (bool for bool, else u8)."""
     return _truth("all", x, dim, keepdim)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ..dtype import bf16, f16, f32, f64, u32
+from ..dtype import bf16, f16, f32, f64, i64, u32
 from ..errors import DTypeError, ShapeError
 from ..layout import normalize_dim
 from ..tensor import Tensor
@@ -97,7 +97,10 @@ _GRADS = {
 
 
 def reduce(op: str, x: Tensor, dim, keepdim: bool) -> Tensor:
-    """sum / prod / max / min over dim (int, list, or None for all); same dtype out."""
+    """sum / prod / max / min over dim (int, list, or None for all); same dtype
+    out, except that bool sums and products count in i64, as in PyTorch."""
+    if x._dtype.is_bool and op in ("sum", "prod"):
+        x = cast(x, i64)
     return _run(op, x, dim, keepdim)
 
 
@@ -122,6 +125,8 @@ _ACCUMULATE = {f16: f32, bf16: f32}
 
 def mean(x: Tensor, dim, keepdim: bool) -> Tensor:
     """The mean; integer tensors are averaged exactly and truncated, as in Candle."""
+    if x._dtype.is_bool:
+        raise DTypeError("mean of a bool tensor: convert it first (x.to_dtype('f32').mean())")
     dims = dims_arg("mean", dim, x.rank)
     n = _count(x, dims)
     wider = f64 if x._dtype.is_int else _ACCUMULATE.get(x._dtype)
@@ -168,6 +173,9 @@ def log_sum_exp(x: Tensor, dim, keepdim: bool) -> Tensor:
 
 
 def cumsum(x: Tensor, dim: int) -> Tensor:
+    """Running sums along dim (bool counts in i64, as in PyTorch)."""
+    if x._dtype.is_bool:
+        x = cast(x, i64)
     if x.rank == 0:
         return x.copy()
     return apply(CUMSUM, x, dim=normalize_dim(dim, x.rank))

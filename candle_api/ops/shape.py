@@ -16,7 +16,12 @@ from .creation import zeros
 
 
 def copy_into(dst: Tensor, dst_layout: Layout, src: Tensor) -> None:
-    """Copies src into the dst_layout view of dst's storage (same shape and dtype)."""
+    """Copies src into the dst_layout view of dst's storage (same shape and dtype). Anything else is
+    refused: the kernel walks src's elements through the view's strides, so a larger src (a KV cache
+    fed a bigger batch than it was made for) would write past the view."""
+    if src.shape != dst_layout.shape:
+        raise ShapeError(f"copy_into: a source of shape {src.shape} for a view of shape {dst_layout.shape}")
+    same_dtype("copy_into", dst, src)
     if src._layout.numel:
         apply(COPY, dst, src, layout=dst_layout)
 

@@ -85,11 +85,34 @@ GGML_TYPE_IDS: dict[int, GgmlType] = {t.type_id: t for t in _TYPES}
 _CHUNK_VALUES = 1 << 20
 
 
+class GgmlName(str):
+    """A GGML type's name, candle's spelling ("q4k", what str() gives), equal
+    to every spelling of the same type: ggml's ("Q4_K") and candle-pyo3's
+    ("Q4K") too. It hashes as candle's spelling."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        if not isinstance(other, str):
+            return NotImplemented
+        return str.__eq__(self, other) or GGML_TYPES.get(_canonical(other)) is GGML_TYPES.get(str(self))
+
+    def __ne__(self, other):
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = str.__hash__
+
+
+def _canonical(name: str) -> str:
+    return name.lower().replace("_k", "k")
+
+
 def get_ggml_type(name) -> GgmlType:
     """The type called ``name``: candle's spelling ("q4k") or ggml's ("Q4_K")."""
     if isinstance(name, GgmlType):
         return name
-    found = GGML_TYPES.get(str(name).lower().replace("_k", "k"))
+    found = GGML_TYPES.get(_canonical(str(name)))
     if found is None:
         raise DTypeError(f"unknown GGML type {name!r} (known: {', '.join(GGML_TYPES)})")
     return found

@@ -9,7 +9,7 @@ from ..errors import DTypeError, ShapeError
 from ..layout import numel
 from ..ops.core import same_device
 from ..ops.quantized import qmatmul
-from .ggml_types import GGML_TYPES, GgmlType, check_blocks, check_nbytes, check_rows, get_ggml_type
+from .ggml_types import GGML_TYPES, GgmlName, GgmlType, check_blocks, check_nbytes, check_rows, get_ggml_type
 
 # Unquantized GGML types: a Tensor can use their bytes as they are.
 _PLAIN = ("f32", "f16", "bf16")
@@ -77,7 +77,8 @@ class QTensor:
     # ---- metadata ------------------------------------------------------------------
     @property
     def ggml_dtype(self) -> str:
-        return self._type.name
+        """The type's name ("q4_0"), equal to any spelling of it ("Q4_0", "Q4_K"...)."""
+        return GgmlName(self._type.name)
 
     @property
     def shape(self) -> tuple:

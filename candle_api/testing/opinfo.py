@@ -30,7 +30,7 @@ import numpy as np
 from .. import autograd
 from ..contract.table import TOLERANCES
 from .. import functional as F
-from ..dtype import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, f64, from_numpy_dtype, get_dtype, u8, u32
+from ..dtype import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, f64, from_numpy_dtype, get_dtype, u8, u32
 from ..ops.creation import from_array, full_like
 from ..ops.shape import cat, stack
 from . import reference as R
@@ -39,7 +39,8 @@ LAYOUTS = ("contiguous", "transposed", "sliced", "broadcast", "empty", "scalar")
 NONSCALAR = LAYOUTS[:5]
 FLOATS = tuple(d.name for d in FLOAT_DTYPES)
 INTS = tuple(d.name for d in INT_DTYPES)
-ALL = tuple(d.name for d in ALL_DTYPES)
+ALL = tuple(d.name for d in NUMERIC_DTYPES)
+WITH_BOOL = ALL + ("bool",)  # the ops that move, select, compare or reduce truth values
 
 
 
@@ -83,6 +84,8 @@ def values(rng, dtype, shape, lo=-3.0, hi=3.0) -> np.ndarray:
     dt = get_dtype(dtype)
     if dt.is_float:
         return rng.uniform(lo, hi, size=shape).astype(dt.np)
+    if dt.is_bool:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
     info = np.iinfo(dt.np)
     lo_i, hi_i = max(int(math.floor(lo)), int(info.min)), min(int(math.ceil(hi)), int(info.max))
     return rng.integers(lo_i, max(hi_i, lo_i + 1), size=shape).astype(dt.np)
@@ -356,7 +359,7 @@ op("fmod", lambda a, b: a.fmod(b), np.fmod, ALL,
 # Comparisons: values from a small set so that equal elements occur.
 def _cmp_samples(rng, dtype, layout):
     dt = get_dtype(dtype)
-    pool = np.array([-1, 0, 0.5, 1] if dt.is_float else [0, 1, 2]).astype(dt.np)
+    pool = np.array([-1, 0, 0.5, 1] if dt.is_float else [0, 1] if dt.is_bool else [0, 1, 2]).astype(dt.np)
     shapes = [[shape_for(layout)] * 2]
     if layout == "broadcast":
         shapes.append([shape_for(layout), (5,)])
@@ -366,21 +369,30 @@ def _cmp_samples(rng, dtype, layout):
 _NP_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
            "ge": np.greater_equal}
 for _name, _ref in _NP_CMP.items():
-    op(_name, (lambda n: lambda a, b: getattr(a, n)(b))(_name), _ref, ALL, _cmp_samples, out_dtype=lambda d: u8)
+    op(_name, (lambda n: lambda a, b: getattr(a, n)(b))(_name), _ref, WITH_BOOL, _cmp_samples, out_dtype=lambda d: u8)
 
 
 # Where and casts.
 def _where_samples(rng, dtype, layout):
+    """A u8 condition (any nonzero is true) and a bool one."""
     shape = shape_for(layout)
-    return [Sample([values(rng, "u8", shape, 0, 2), values(rng, dtype, shape), values(rng, dtype, shape)])]
+    return [Sample([cond, values(rng, dtype, shape), values(rng, dtype, shape)])
+            for cond in (values(rng, "u8", shape, 0, 3), values(rng, "bool", shape))]
 
 
-op("where", lambda c, a, b: c.where_cond(a, b), lambda c, a, b: np.where(c != 0, a, b), ALL, _where_samples)
+op("where", lambda c, a, b: c.where_cond(a, b), lambda c, a, b: np.where(c != 0, a, b), WITH_BOOL, _where_samples)
+
+
+def _cast_samples(rng, dtype, layout):
+    """Values in [0, 100) with zeros among them (a cast to bool is a test for nonzero)."""
+    x = values(rng, dtype, shape_for(layout), 0, 100)
+    return [Sample([np.where(rng.random(x.shape) < 0.3, 0, x).astype(x.dtype)])]
+
 
 for _dst in ALL_DTYPES:
     op(f"to_{_dst.name}", (lambda d: lambda x: x.to_dtype(d))(_dst),
-       (lambda d: lambda x: x.astype(d.np) if x.dtype.kind in "iu" else x.astype(np.float64).astype(d.np))(_dst),
-       ALL, simple(1, 0, 100, (0, 100)), out_dtype=(lambda d: lambda _: d)(_dst), kernel="cast")
+       (lambda d: lambda x: x.astype(d.np) if x.dtype.kind in "iub" else x.astype(np.float64).astype(d.np))(_dst),
+       WITH_BOOL, _cast_samples, out_dtype=(lambda d: lambda _: d)(_dst), kernel="cast")
 
 
 # Reductions.
@@ -436,8 +448,8 @@ def _np_mean(x, dim=None, keepdim=False):
 
 op("sum", lambda x, **k: x.sum(**k), _np_reduce(np.sum), ALL, _reduce_samples(), tol_scale=4)
 op("prod", lambda x, **k: x.prod(**k), _np_reduce(np.prod), ALL, _reduce_samples(0.6, 1.4, (0, 3)), tol_scale=4)
-op("max", lambda x, **k: x.amax(**k), _np_reduce(np.max), ALL, _reduce_samples(reduce_empty=False))
-op("min", lambda x, **k: x.amin(**k), _np_reduce(np.min), ALL, _reduce_samples(reduce_empty=False))
+op("max", lambda x, **k: x.amax(**k), _np_reduce(np.max), WITH_BOOL, _reduce_samples(reduce_empty=False))
+op("min", lambda x, **k: x.amin(**k), _np_reduce(np.min), WITH_BOOL, _reduce_samples(reduce_empty=False))
 op("argmax", lambda x, **k: x.argmax(**k), _np_arg(np.argmax), ALL,
    _reduce_samples(dims=(None, 0, 1, -1), reduce_empty=False), out_dtype=lambda d: u32)
 op("argmin", lambda x, **k: x.argmin(**k), _np_arg(np.argmin), ALL,
@@ -493,29 +505,31 @@ def _pair_samples(shape=(3, 5)):
     return gen
 
 
-op("fill", lambda x: full_like(x, 7), lambda x: np.full_like(x, 7), ALL, grad=False)
-op("contiguous", lambda x: x.contiguous(), lambda x: x, ALL, kernel="copy")
-op("copy", lambda x: x.copy(), lambda x: x, ALL)
-op("cat0", lambda a, b: cat([a, b], 0), lambda a, b: np.concatenate([a, b], 0), ALL, _pair_samples(), NONSCALAR)
-op("cat1", lambda a, b: cat([a, b], 1), lambda a, b: np.concatenate([a, b], 1), ALL, _pair_samples(), NONSCALAR)
-op("stack", lambda a, b: stack([a, b], 1), lambda a, b: np.stack([a, b], 1), ALL, _pair_samples(), NONSCALAR)
-op("flip", lambda x: x.flip([0, 1]), lambda x: x[::-1, ::-1], ALL, layouts=NONSCALAR)
-op("repeat", lambda x: x.repeat(2, 1, 3), lambda x: np.tile(x, (2, 1, 3)), ALL, layouts=NONSCALAR)
-op("pad_with_zeros", lambda x: x.pad_with_zeros(1, 2, 1), lambda x: np.pad(x, ((0, 0), (2, 1))), ALL, layouts=NONSCALAR)
-op("transpose_reshape", lambda x: x.t().reshape(-1), lambda x: x.T.reshape(-1), ALL, layouts=NONSCALAR)
-op("getitem_steps", lambda x: x[::2, 1::2], lambda x: x[::2, 1::2], ALL, layouts=NONSCALAR)
-op("getitem_negative_step", lambda x: x[::-1, ::-2], lambda x: x[::-1, ::-2], ALL, layouts=NONSCALAR)
-op("narrow", lambda x: x.narrow(1, 1, 3).contiguous(), lambda x: x[:, 1:4], ALL, layouts=NONSCALAR)
-op("permute", lambda x: x.permute(2, 0, 1).contiguous(), lambda x: x.transpose(2, 0, 1), ALL,
+op("fill", lambda x: full_like(x, 7), lambda x: np.full_like(x, 7), WITH_BOOL, grad=False)
+op("contiguous", lambda x: x.contiguous(), lambda x: x, WITH_BOOL, kernel="copy")
+op("copy", lambda x: x.copy(), lambda x: x, WITH_BOOL)
+op("cat0", lambda a, b: cat([a, b], 0), lambda a, b: np.concatenate([a, b], 0), WITH_BOOL, _pair_samples(), NONSCALAR)
+op("cat1", lambda a, b: cat([a, b], 1), lambda a, b: np.concatenate([a, b], 1), WITH_BOOL, _pair_samples(), NONSCALAR)
+op("stack", lambda a, b: stack([a, b], 1), lambda a, b: np.stack([a, b], 1), WITH_BOOL, _pair_samples(), NONSCALAR)
+op("flip", lambda x: x.flip([0, 1]), lambda x: x[::-1, ::-1], WITH_BOOL, layouts=NONSCALAR)
+op("repeat", lambda x: x.repeat(2, 1, 3), lambda x: np.tile(x, (2, 1, 3)), WITH_BOOL, layouts=NONSCALAR)
+op("pad_with_zeros", lambda x: x.pad_with_zeros(1, 2, 1), lambda x: np.pad(x, ((0, 0), (2, 1))), WITH_BOOL, layouts=NONSCALAR)
+op("transpose_reshape", lambda x: x.t().reshape(-1), lambda x: x.T.reshape(-1), WITH_BOOL, layouts=NONSCALAR)
+op("getitem_steps", lambda x: x[::2, 1::2], lambda x: x[::2, 1::2], WITH_BOOL, layouts=NONSCALAR)
+op("getitem_negative_step", lambda x: x[::-1, ::-2], lambda x: x[::-1, ::-2], WITH_BOOL, layouts=NONSCALAR)
+op("narrow", lambda x: x.narrow(1, 1, 3).contiguous(), lambda x: x[:, 1:4], WITH_BOOL, layouts=NONSCALAR)
+op("permute", lambda x: x.permute(2, 0, 1).contiguous(), lambda x: x.transpose(2, 0, 1), WITH_BOOL,
    simple(base=(3, 4, 5)), NONSCALAR, kernel="copy")
 op("squeeze_unsqueeze", lambda x: x.unsqueeze(0).unsqueeze(-1).squeeze(0) * 1, lambda x: x[..., None] * 1, ALL,
    kernel="mul")
 op("expand", lambda x: x.narrow(1, 0, 1).expand(-1, 4) * 1, lambda x: np.repeat(x[:, :1], 4, 1) * 1, ALL,
    layouts=NONSCALAR, kernel="mul")
-op("chunk", lambda x: x.chunk(2, 1)[1].contiguous(), lambda x: x[:, 3:], ALL, layouts=NONSCALAR, kernel="copy")
-op("getitem_index", lambda x: x[[2, 0, 2], 1:], lambda x: x[[2, 0, 2], 1:], ALL, layouts=NONSCALAR[:4],
+op("chunk", lambda x: x.chunk(2, 1)[1].contiguous(), lambda x: x[:, 3:], WITH_BOOL, layouts=NONSCALAR, kernel="copy")
+op("getitem_index", lambda x: x[[2, 0, 2], 1:], lambda x: x[[2, 0, 2], 1:], WITH_BOOL, layouts=NONSCALAR[:4],
    kernel="index_select")
 op("getitem_mask", lambda x: x[x > 0.5], lambda x: x[x > 0.5], FLOATS, layouts=NONSCALAR[:4], kernel="index_select")
+op("getitem_bool_mask", lambda x: x[(x > 0.5).bool()], lambda x: x[x > 0.5], FLOATS, layouts=NONSCALAR[:4],
+   kernel="index_select")
 op("std", lambda x, **k: x.std(**k), lambda x, dim=None, keepdim=False: np.std(x, axis=_axis(dim), keepdims=keepdim,
                                                                             ddof=1),
    FLOATS, _reduce_samples(), layouts=NONSCALAR[:4], tol_scale=20, kernel="sum")
@@ -571,12 +585,12 @@ def _np_index_add(x, ids, src, dim):
 
 
 op("index_select", lambda x, ids, dim: x.index_select(ids, dim), lambda x, ids, dim: np.take(x, ids.astype(np.int64), dim),
-   ALL, _index_samples("select"), NONSCALAR)
+   WITH_BOOL, _index_samples("select"), NONSCALAR)
 op("gather", lambda x, ids, dim: x.gather(ids, dim),
-   lambda x, ids, dim: np.take_along_axis(x, ids.astype(np.int64), dim), ALL,
+   lambda x, ids, dim: np.take_along_axis(x, ids.astype(np.int64), dim), WITH_BOOL,
    _index_samples("gather"), NONSCALAR)
 op("scatter", lambda x, ids, src, dim: x.scatter(ids, src, dim), lambda x, ids, src, dim: _np_scatter(x, ids, src, dim, False),
-   ALL, _index_samples("scatter"), NONSCALAR)
+   WITH_BOOL, _index_samples("scatter"), NONSCALAR)
 op("scatter_add", lambda x, ids, src, dim: x.scatter_add(ids, src, dim),
    lambda x, ids, src, dim: _np_scatter(x, ids, src, dim, True), ALL, _index_samples("scatter_add"), NONSCALAR)
 op("index_add", lambda x, ids, src, dim: x.index_add(ids, src, dim), _np_index_add, ALL, _index_samples("index_add"),
@@ -796,3 +810,5 @@ op("sgd_step", lambda p, g, b: _sgd_call(p, g, b, False), lambda p, g, b: _sgd_r
    _optim_samples(3), tol_scale=4, grad=False)
 op("sgd_step_nesterov", lambda p, g, b: _sgd_call(p, g, b, True), lambda p, g, b: _sgd_ref(p, g, b, True),
    ("f32", "f64"), _optim_samples(3), tol_scale=4, grad=False, kernel="sgd_step")
+
+from . import opinfo_rnn  # noqa: E402,F401  (the recurrent layers' cases join OPS)

@@ -15,6 +15,8 @@ from candle_api.errors import UnsupportedDTypeError, UnsupportedOpError
 
 #: Where test_vector_math stores {(device, function): (measured ulp, bound)}.
 VECTOR_MATH_KEY = pytest.StashKey[dict]()
+#: The devices tests ran on (for the summary of decompositions).
+DEVICES_KEY = pytest.StashKey[set]()
 
 
 def pytest_addoption(parser):
@@ -31,7 +33,12 @@ def pytest_addoption(parser):
         "--candle-strict",
         action="store_true",
         help="fail, instead of skipping, a case whose kernel the device lacks (for a backend that claims the "
-        "whole contract)",
+        "whole contract for the dtypes it holds; a case in a dtype it does not hold is skipped either way)",
+    )
+    group.addoption(
+        "--candle-bench-all",
+        action="store_true",
+        help="candle_api.testing.benchmarks: every standard case, not only those of `candle bench --quick`",
     )
 
 
@@ -62,11 +69,17 @@ def missing_kernel(config, reason: str) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem):
     """In a test that runs on a device, an op the device has no kernel (and no
-    decomposition) for, or a dtype it does not hold, is a missing kernel: a
-    backend being written sees which, instead of failures."""
+    decomposition) for is a missing kernel: a backend being written sees
+    which, instead of failures. A dtype the device does not hold
+    (BackendSpec.dtypes: no f64 on a GPU without it) is outside what it
+    claims: that case is skipped, with --candle-strict too."""
     try:
         return (yield)
-    except (UnsupportedOpError, UnsupportedDTypeError) as exc:
+    except UnsupportedDTypeError as exc:
+        if "candle_device" not in pyfuncitem.fixturenames:
+            raise
+        pytest.skip(f"not held: {exc}")
+    except UnsupportedOpError as exc:
         if "candle_device" not in pyfuncitem.fixturenames:
             raise
         missing_kernel(pyfuncitem.config, f"not implemented: {exc}")
@@ -86,10 +99,12 @@ def available_devices() -> list[str]:
 def pytest_generate_tests(metafunc):
     if "candle_device" in metafunc.fixturenames:
         devices = metafunc.config.getoption("candle_device") or available_devices()
+        metafunc.config.stash.setdefault(DEVICES_KEY, set()).update(devices)
         metafunc.parametrize("candle_device", devices, scope="session")
 
 
 def pytest_terminal_summary(terminalreporter, config):
+    _report_decompositions(terminalreporter, config)
     measured = config.stash.get(VECTOR_MATH_KEY, None)
     if not measured:
         return
@@ -98,3 +113,20 @@ def pytest_terminal_summary(terminalreporter, config):
         row = ", ".join(f"{name} {err:.2f}/{bound:g}" for (d, name), (err, bound) in sorted(measured.items())
                         if d == device)
         terminalreporter.write_line(f"{device}: {row}")
+
+
+def _report_decompositions(terminalreporter, config) -> None:
+    """The optional rows each device under test has no kernel for: its cases
+    passed through the core's decompositions, not through kernels."""
+    if not config.stash.get(DEVICES_KEY, None):
+        return
+    from candle_api.device import get_device
+    from candle_api.info import decomposed_rows
+
+    lines = []
+    for name in sorted(config.stash[DEVICES_KEY]):
+        rows = decomposed_rows(get_device(name).type)
+        lines.append(f"{name}: {', '.join(rows) if rows else 'none'}")
+    terminalreporter.section("candle-api optional rows run as decompositions")
+    for line in lines:
+        terminalreporter.write_line(line)

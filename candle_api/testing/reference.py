@@ -155,6 +155,27 @@ def pool2d(x, kernel, stride, padding, mode, count_include_pad=True):
     return out
 
 
+def pool2d_argmax(x, kernel, stride, padding):
+    """max_pool2d's indices: for each window, the flat index (row * width + col)
+    in its plane of the first maximum in row-major order (of the last NaN)."""
+    b, c, h, w = x.shape
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    out = np.zeros((b, c, oh, ow), np.uint32)
+    for n in np.ndindex(b, c):
+        for oy in range(oh):
+            for ox in range(ow):
+                best, at = None, 0
+                for y in range(oy * sh - ph, oy * sh - ph + kh):
+                    for xx in range(ox * sw - pw, ox * sw - pw + kw):
+                        if 0 <= y < h and 0 <= xx < w:
+                            v = x[n][y, xx]
+                            if best is None or v > best or v != v:
+                                best, at = v, y * w + xx
+                out[n][oy, ox] = at
+    return out
+
+
 def upsample_nearest2d(x, oh, ow):
     h, w = x.shape[-2:]
     ys = np.minimum((np.arange(oh) * h / oh).astype(np.int64), h - 1)

@@ -284,7 +284,6 @@ def _targets() -> dict[np.dtype, np.dtype]:
     """numpy dtype found in a file -> the numpy dtype of the candle-api tensor made from it."""
     table = {d.np: d.np for d in ALL_DTYPES}
     widen = {
-        "bool_": "uint8",     # Candle's masks are u8
         "int8": "int16",
         "uint16": "uint32",
         "uint64": "int64",    # values are checked to fit
@@ -312,11 +311,9 @@ def candle_dtype(dtype: np.dtype, path, offset: int | None, name: str) -> np.dty
 
 def to_candle(arr: np.ndarray, path, offset: int | None, name: str):
     """A candle-api tensor of ``arr``'s values, sharing its memory when the
-    dtype needs no conversion (bool is viewed as u8)."""
+    dtype needs no conversion."""
     target = candle_dtype(arr.dtype, path, offset, name)
-    if arr.dtype == np.bool_:
-        arr = arr.view(np.uint8)
-    elif arr.dtype != target:
+    if arr.dtype != target:
         if arr.dtype.kind == "u" and target.kind == "i" and arr.size and arr.max() > np.iinfo(target).max:
             raise FormatError(path, offset, f"{name!r}: value {arr.max()} does not fit in {target}, "
                                             "the widest integer candle-api has")

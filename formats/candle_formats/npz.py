@@ -15,7 +15,7 @@ allocate more than the file could hold; the zip's CRC checks the data (a
 member changed since the file was opened fails it). With ``mmap=False`` the
 whole file is read when it is opened and members come from that copy.
 
-Dtypes: bool is viewed as u8; big-endian data is made native; int8, uint16 and
+Dtypes: big-endian data is made native; int8, uint16 and
 uint64 widen to i16, u32 and i64 (see ``candle_formats.safetensors`` for the
 rule); object, structured, string, complex and other dtypes are a FormatError.
 

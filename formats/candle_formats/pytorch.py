@@ -1,4 +1,5 @@
-"""PyTorch checkpoints, read without torch and without running pickled code.
+"""PyTorch checkpoints, read without torch and without running pickled code,
+and written in torch.save's zip format (:mod:`.pytorch_writer`).
 
 Files:
 
@@ -30,7 +31,7 @@ flattened names (``step``, ``optimizer_state.param_groups.0.lr``); other
 non-tensor leaves (bytes, sets, dtypes) are dropped. Two leaves flattening to
 one name are a FormatError.
 
-Dtypes: f32 f64 f16 bf16 i64 i32 i16 u32 u8 load as themselves; bool as u8; int8
+Dtypes: f32 f64 f16 bf16 i64 i32 i16 u32 u8 bool load as themselves; int8
 widens to i16, uint16 to u32, uint64 to i64 (values checked), float8 to f16 or
 bf16 (the rule of ``_common.candle_dtype``); complex and quantized tensors are a
 FormatError when the file is opened.
@@ -64,6 +65,7 @@ from candle_api.layout import MAX_DIMS
 from ._common import (FileReader, MappedFile, candle_dtype, check_zip_member, format_errors, numpy_dtype,
                       open_sharded_index, to_candle, zip_data_offset, zip_directory, zip_member)
 from .pickle_vm import Function, PickleError, describe, scalar, unpickle
+from .pytorch_writer import save
 
 #: torch.save's magic number, pickled first in legacy files, and their protocol version.
 MAGIC = 0x1950A86A20F9469CFC6C
@@ -594,7 +596,7 @@ def candle_api_formats():
     return [FormatSpec(
         name="pytorch",
         extensions=(".pt", ".pth", ".bin", ".ckpt") + _INDEX_SUFFIXES,
-        sniff=sniff, load=load,
+        sniff=sniff, load=load, save=save,
         description="PyTorch checkpoints (zip and legacy torch.save, sharded pytorch_model.bin.index.json) "
-                    "through a restricted pickle VM: never pickle.load, never torch",
+                    "through a restricted pickle VM: never pickle.load, never torch; writes torch.save's zip",
     )]

@@ -17,8 +17,8 @@ tensor is made on first access as a view of the map (no copy, no memory until
 its pages are touched). Data at an offset that is not a multiple of its item
 size (never so in files the reference writer makes) is copied instead.
 
-Dtypes. U8 U32 I16 I32 I64 BF16 F16 F32 F64 are candle-api's own; BOOL is
-viewed as u8 (Candle's mask type). The others are widened when read to the
+Dtypes. BOOL U8 U32 I16 I32 I64 BF16 F16 F32 F64 are candle-api's own. The
+others are widened when read to the
 smallest candle-api dtype of the same kind that holds every value exactly:
 
     I8 -> i16     U16 -> u32     U64 -> i64 (a value above 2**63-1 is a FormatError)
@@ -71,7 +71,7 @@ _DTYPES = {
     "F4": (4, None), "F6_E2M3": (6, None), "F6_E3M2": (6, None),
 }
 # candle-api dtype -> safetensors dtype, for writing
-_WRITE = {"u8": "U8", "u32": "U32", "i16": "I16", "i32": "I32", "i64": "I64",
+_WRITE = {"bool": "BOOL", "u8": "U8", "u32": "U32", "i16": "I16", "i32": "I32", "i64": "I64",
           "bf16": "BF16", "f16": "F16", "f32": "F32", "f64": "F64"}
 
 

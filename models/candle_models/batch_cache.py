@@ -16,7 +16,16 @@ import candle_api as c
 from candle_api.errors import ArgumentError
 from candle_api.ops.shape import copy_into
 
-from .decoder import visible_keys
+
+def visible_keys(positions, n_keys: int, window: int | None = None) -> np.ndarray:
+    """bool (len(positions), n_keys): the query at each position sees key j when j <= its position
+    and, with a window, its position - j < window."""
+    pos = np.asarray(positions)[:, None]
+    keys = np.arange(n_keys)[None, :]
+    keep = keys <= pos
+    if window is not None:
+        keep &= pos - keys < window
+    return keep
 
 
 class BatchKVCache:

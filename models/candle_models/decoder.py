@@ -8,14 +8,17 @@ activations follow (``_anchor``). A config gives the cache its shape through
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
 import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
-from candle_api.errors import ArgumentError
+from candle_api.errors import ArgumentError, ShapeError
 from candle_api.ops.shape import copy_into
+
+from .batch_cache import BatchKVCache, visible_keys
 
 
 class KVCache:
@@ -57,31 +60,43 @@ class KVCache:
         self.length += t
 
 
-def visible_keys(positions, n_keys: int, window: int | None = None) -> np.ndarray:
-    """bool (len(positions), n_keys): the query at each position sees key j when j <= its position
-    and, with a window, its position - j < window."""
-    pos = np.asarray(positions)[:, None]
-    keys = np.arange(n_keys)[None, :]
-    keep = keys <= pos
-    if window is not None:
-        keep &= pos - keys < window
-    return keep
-
-
 def attention_mask(q_len: int, offset: int, window: int | None, device) -> c.Tensor:
     """u8 (q_len, offset + q_len): what the new positions offset .. offset + q_len - 1 see."""
     keep = visible_keys(np.arange(offset, offset + q_len), offset + q_len, window)
     return c.from_numpy(keep.astype(np.uint8)).to_device(device)
 
 
-def causal_attention(q: c.Tensor, k: c.Tensor, v: c.Tensor, **options) -> c.Tensor:
+def causal_attention(q: c.Tensor, k: c.Tensor, v: c.Tensor, cache=None, **options) -> c.Tensor:
     """Attention of q's new positions over the keys (the cached ones, then theirs): one query sees every
-    key, a prompt alone is causal, and new positions after cached ones take a mask. ``options`` go to
+    key, a prompt alone is causal, and new positions after cached ones take a mask; in a
+    :class:`BatchKVCache` each sequence sees its own positions. ``options`` go to
     scaled_dot_product_attention."""
     t, s = q.shape[2], k.shape[2]
+    if isinstance(cache, BatchKVCache):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=cache.mask(None), **options)
     if t == 1 or s == t:
         return F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, **options)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask(t, s - t, None, q.device), **options)
+
+
+@dataclass(frozen=True)
+class Positions:
+    """Where a forward's ``length`` tokens sit: after ``offset`` cached positions (every sequence alike),
+    or, decoding a :class:`BatchKVCache`, one token per sequence at its own position (``rows``)."""
+
+    offset: int
+    length: int
+    rows: tuple | None = None
+
+    def rope(self, rotary) -> tuple:
+        """A rotary embedding's cos/sin tables for these positions."""
+        return rotary.cos_sin_at(self.rows) if self.rows is not None else rotary.cos_sin(self.offset, self.length)
+
+    def ids(self, device) -> c.Tensor:
+        """The positions as u32: (batch, 1) for a batch cache's rows, else (length,)."""
+        if self.rows is not None:
+            return c.tensor([[p] for p in self.rows], dtype="u32", device=device)
+        return c.arange(self.offset, self.offset + self.length, dtype="u32", device=device)
 
 
 def prepare(model, input_ids, cache) -> tuple[c.Tensor, int, int]:
@@ -124,14 +139,43 @@ class DecoderLM(nn.Module):
     def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
         return KVCache(self.config, batch, capacity, self.dtype, self.device)
 
+    def new_batch_cache(self, max_batch: int) -> BatchKVCache:
+        """A cache for continuous batching: sequences prefilled one by one (``admit``), then decoded
+        together, one token each per forward of (batch, 1) ids."""
+        return BatchKVCache(self.config, max_batch, self.dtype, self.device)
+
+    def start(self, input_ids, cache) -> tuple[c.Tensor, Positions]:
+        """(ids as a (batch, seq) tensor, their positions), refusing a forward that would pass the context
+        length or, with a batch cache, that is not one token per sequence."""
+        if isinstance(cache, BatchKVCache):
+            rows = tuple(cache.begin_step())
+            ids, t, _ = prepare(self, input_ids, None)
+            if ids.shape != (cache.batch, 1):
+                raise ShapeError(f"a batch cache of {cache.batch} sequences takes ids of shape ({cache.batch}, 1), "
+                                 f"got {ids.shape}")
+            return ids, Positions(0, t, rows)
+        ids, t, offset = prepare(self, input_ids, cache)
+        return ids, Positions(offset, t)
+
     @classmethod
     def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,
                         revision: str | None = None):
-        """From a folder with config.json and safetensors (or PyTorch) weights, or a Hugging Face repo id;
-        ``dtype`` None loads f32. ``progress`` advances once per layer built."""
+        """From a GGUF file, a folder with config.json and safetensors (or PyTorch) weights, or a Hugging
+        Face repo id (offline from the cache). ``dtype`` None keeps a GGUF's quantized weights in their
+        blocks (f32 activations) and loads other checkpoints in f32; a dtype dequantizes (or converts)
+        every weight to it. ``progress`` (a :class:`~candle_models.progress.Progress`-like object with
+        ``update``) advances once per layer built."""
+        from .gguf_models import find_gguf, gguf_checkpoint
+        from .hub import resolve
         from .pretrained import load_folder
 
-        _, cfg, vb = load_folder(repo_or_path, dtype or "f32", device, revision)
+        path = resolve(repo_or_path, revision=revision)
+        gguf = find_gguf(path)
+        if gguf is not None:
+            cfg, tensors = gguf_checkpoint(gguf, quantized=dtype is None)
+            vb = nn.VarBuilder.from_tensors(tensors, dtype or "f32", device)
+        else:
+            _, cfg, vb = load_folder(path, dtype or "f32", device)
         config = cls.config_class.from_dict(cfg)
         if progress is not None:
             progress.total = config.num_hidden_layers

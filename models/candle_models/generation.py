@@ -147,37 +147,52 @@ def generate_ids(model, prompt_ids, max_new_tokens: int = 128, sampler: Sampler 
     prompt_ids = [int(i) for i in prompt_ids]
     if not prompt_ids:
         raise ValueError("the prompt is empty: generation needs at least one token to start from")
-    _check_number("max_new_tokens", max_new_tokens, lambda n: n >= 0, "an integer >= 0", integer=True)
-    sampler = sampler or Sampler()
-    stats = stats if stats is not None else GenerationStats()
-    stats.prompt_tokens = len(prompt_ids)
-    stop = frozenset(stop_token_ids)
-    history = list(prompt_ids)
+    sampler, stats = start_generation(max_new_tokens, sampler, stats, len(prompt_ids))
     if max_new_tokens == 0:
-        stats.finish_reason = "length"
         return
     with c.no_grad():
         start = time.perf_counter()
         cache = model.new_cache(capacity=len(prompt_ids) + min(max_new_tokens, FIRST_TOKENS_CAPACITY))
-        token = sampler.sample(model([prompt_ids], cache, last_only=True)[0, 0], history)
+        first = sampler.sample(model([prompt_ids], cache, last_only=True)[0, 0], prompt_ids)
         stats.prompt_seconds = time.perf_counter() - start
-        while True:
-            if token in stop:
-                stats.finish_reason = "stop"
-                return
-            history.append(token)
-            stats.generated_tokens += 1
-            yield token
-            if stats.generated_tokens == max_new_tokens:
-                stats.finish_reason = "length"
-                return
-            if cache.length == cache.max_length:  # no position left to feed the token back at
-                stats.finish_reason = "context"
-                return
-            start = time.perf_counter()  # the consumer's time between tokens is not the model's
-            token = sampler.sample(model([[token]], cache, last_only=True)[0, 0], history)
-            stats.decode_seconds += time.perf_counter() - start
-            stats.decode_steps += 1
+        yield from sample_tokens(lambda token: model([[token]], cache, last_only=True)[0, 0], first, cache,
+                                 sampler, list(prompt_ids), stop_token_ids, max_new_tokens, stats)
+
+
+def start_generation(max_new_tokens: int, sampler: Sampler | None, stats: GenerationStats | None,
+                     prompt_tokens: int) -> tuple[Sampler, GenerationStats]:
+    """The sampler and stats of a generation, ``max_new_tokens`` checked (0 finishes it at once)."""
+    _check_number("max_new_tokens", max_new_tokens, lambda n: n >= 0, "an integer >= 0", integer=True)
+    stats = stats if stats is not None else GenerationStats()
+    stats.prompt_tokens = prompt_tokens
+    if max_new_tokens == 0:
+        stats.finish_reason = "length"
+    return sampler or Sampler(), stats
+
+
+def sample_tokens(step, token: int, cache, sampler: Sampler, history: list, stop_token_ids, max_new_tokens: int,
+                  stats: GenerationStats) -> Iterator[int]:
+    """The decoding loop after the prompt: yields ``token`` and each next one, ``step(token)`` giving
+    the logits that follow it (the cache taking its position), until a stop token, ``max_new_tokens``
+    or a full cache. ``history`` (the tokens so far, for the repeat penalty) grows as they come."""
+    stop = frozenset(stop_token_ids)
+    while True:
+        if token in stop:
+            stats.finish_reason = "stop"
+            return
+        history.append(token)
+        stats.generated_tokens += 1
+        yield token
+        if stats.generated_tokens == max_new_tokens:
+            stats.finish_reason = "length"
+            return
+        if cache.length == cache.max_length:  # no position left to feed the token back at
+            stats.finish_reason = "context"
+            return
+        start = time.perf_counter()  # the consumer's time between tokens is not the model's
+        token = sampler.sample(step(token), history)
+        stats.decode_seconds += time.perf_counter() - start
+        stats.decode_steps += 1
 
 
 def generate(model, tokenizer, prompt: str, max_new_tokens: int = 128, sampler: Sampler | None = None,
@@ -196,8 +211,14 @@ def generate(model, tokenizer, prompt: str, max_new_tokens: int = 128, sampler: 
     else:
         prompt_ids = tokenizer.encode(prompt)
     stop = tokenizer.stop_token_ids if stop_token_ids is None else stop_token_ids
+    yield from stream_text(tokenizer, generate_ids(model, prompt_ids, max_new_tokens, sampler, stop, stats))
+
+
+def stream_text(tokenizer, tokens) -> Iterator[str]:
+    """The text of ``tokens`` (an iterator of ids) piece by piece, each piece as soon as its characters
+    are whole."""
     stream = tokenizer.stream()
-    for token in generate_ids(model, prompt_ids, max_new_tokens, sampler, stop, stats):
+    for token in tokens:
         piece = stream.push(token)
         if piece:
             yield piece

@@ -1,7 +1,10 @@
-"""Llama-family checkpoints in llama.cpp's GGUF layout: the metadata llama.cpp
-reads (hyper-parameters from config.json, the vocabulary from tokenizer.json
-and tokenizer_config.json), its tensor names, and the q/k row order of its
-rope. The inverse of :mod:`.llama_gguf`, which reads such files back.
+"""Checkpoints in llama.cpp's GGUF layout: the metadata llama.cpp reads
+(hyper-parameters from config.json, the vocabulary from tokenizer.json and
+tokenizer_config.json), its tensor names and the layouts it expects, as a
+:class:`GgufForm` per model: the Llama family's here (llama, with the q/k row
+order of its rope, qwen2, qwen3, phi3, gemma3), GPT-2's and Falcon's in their
+modules. The inverse of the ``read_gguf`` functions, which read such files
+back (:mod:`.gguf_models`).
 
 The keys, value types and vocabulary rules are those of llama.cpp's
 converter (convert_hf_to_gguf.py and gguf-py), which llama.cpp's loader
@@ -12,19 +15,25 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from candle_api.quantized import GGML_TYPES, GgmlType
 
+from .gguf_vocab import PRE_TOKENIZERS
 from .llama import LlamaConfig
-from .llama_gguf import BLOCK_NAMES, GLOBAL_NAMES, ARCHITECTURES
+from .llama_gguf import tensor_names
 from .rope import rope_inv_freq
-from .tokenizer import PRE_TOKENIZER_SPLITS, Tokenizer, read_json_object, token_text
+from .tokenizer import Tokenizer, read_json_object, token_text
 
-#: config.json model_type -> general.architecture (llama.cpp writes Mistral as llama).
-GGUF_ARCHITECTURES = {model_type: arch for arch, model_type in ARCHITECTURES.items()} | {"mistral": "llama"}
+#: config.json model_type -> general.architecture of the Llama family (llama.cpp writes Mistral as llama).
+LLAMA_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
+                       "gemma3_text": "gemma3"}
+#: config.json model_type -> general.architecture, for every model candle quantize writes.
+GGUF_ARCHITECTURES = LLAMA_ARCHITECTURES | {"gpt2": "gpt2", "falcon": "falcon"}
 
 #: general.file_type, llama.cpp's llama_ftype, of a model whose matrices are (mostly) of a GGML type, by
 #: ggml type id. A file of one K-quant is what llama.cpp calls its _M variant. Q8_1 and Q8_K hold only
@@ -39,9 +48,20 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 #: Scalar integer keys gguf-py stores as INT32; llama.cpp reads every other integer key as UINT32.
 _INT32_KEYS = {"general.sampling.top_k", "general.sampling.penalty_last_n", "general.sampling.mirostat"}
 
-_GGUF_GLOBAL = {hf: name for name, hf in GLOBAL_NAMES.items()}
-_GGUF_BLOCK = {hf: name for name, hf in BLOCK_NAMES.items()}
-_HF_LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)$")
+
+
+@dataclass
+class GgufForm:
+    """How a model is written in llama.cpp's GGUF layout."""
+
+    arch: str  # general.architecture
+    keys: dict  # the hyper-parameters, {arch}.* keys without the prefix
+    name: Callable  # transformers' tensor name -> llama.cpp's (None: llama.cpp has no place for it)
+    convert: Callable = lambda name, values: values  # by llama.cpp's name: transformers' values -> its layout
+    shape: Callable = lambda name, shape: shape  # the shape convert gives
+    extra: dict = field(default_factory=dict)  # tensors of llama.cpp's own: {name: values}
+    tied: bool = True  # the output layer is the token embedding: no output.weight
+    notes: list = field(default_factory=list)  # where llama.cpp will not run the model as candle does
 
 
 def output_types() -> dict[str, GgmlType]:
@@ -51,17 +71,6 @@ def output_types() -> dict[str, GgmlType]:
 
 
 # ---- tensors ------------------------------------------------------------------------------------
-
-def gguf_name(hf_name: str) -> str | None:
-    """llama.cpp's name for a transformers tensor name (None for tensors llama.cpp has no place for, such as
-    the rotary inv_freq buffers of old checkpoints)."""
-    match = _HF_LAYER.match(hf_name)
-    if match:
-        layer, part, kind = match.groups()
-        return f"blk.{layer}.{_GGUF_BLOCK[part]}.{kind}" if part in _GGUF_BLOCK else None
-    stem, _, kind = hf_name.rpartition(".")
-    return f"{_GGUF_GLOBAL[stem]}.{kind}" if stem in _GGUF_GLOBAL else None
-
 
 def permute_qk(values: np.ndarray, heads: int) -> np.ndarray:
     """transformers' q/k rows (head, half, j) in llama.cpp's order (head, j, half), which its interleaved
@@ -81,9 +90,44 @@ def rope_freqs(config: LlamaConfig) -> np.ndarray | None:
 
 # ---- metadata -----------------------------------------------------------------------------------
 
-def hyperparameters(config: LlamaConfig, arch: str) -> dict:
-    """The ``{arch}.*`` keys of a config."""
-    meta = {
+def llama_form(config: LlamaConfig) -> GgufForm:
+    """The GGUF form of a Llama-family model (Gemma 3 included)."""
+    arch = LLAMA_ARCHITECTURES.get(config.model_type)
+    if arch is None:
+        raise ValueError(f"model_type {config.model_type!r} has no GGUF form here (candle quantize writes "
+                         f"{', '.join(GGUF_ARCHITECTURES)})")
+    keys, notes = _llama_keys(config), []
+    windows = sorted({w for w in config.sliding_windows if w is not None})
+    if arch == "phi3":  # as llama.cpp's converter writes Phi-3 (0: no window)
+        keys["rope.scaling.original_context_length"] = config.max_position_embeddings
+        keys["attention.sliding_window"] = 0
+    if arch == "gemma3":
+        keys |= _gemma3_hyperparameters(config)
+    elif arch in ("llama", "phi3") and len(windows) == 1 and None not in config.sliding_windows:
+        keys["attention.sliding_window"] = windows[0]
+        notes.append(f"llama.cpp's {arch} architecture ignores the sliding window (attention.sliding_window "
+                     f"{windows[0]}): it attends to the whole context there; candle reads the window back")
+    elif windows:
+        notes.append(f"llama.cpp's {arch} architecture has no sliding window: the GGUF attends to the whole "
+                     f"context (config.json slides windows of {', '.join(map(str, windows))} positions)")
+    names = tensor_names(arch)
+    heads = {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads} if arch == "llama" else {}
+
+    def convert(name: str, values: np.ndarray) -> np.ndarray:
+        part = name.split(".")[-2]
+        if part in heads:
+            return permute_qk(values, heads[part])
+        if arch == "gemma3" and part.endswith("norm"):  # llama.cpp's Gemma norms hold the multiplier 1 + w
+            return (values + 1.0).astype(np.float32)
+        return values
+
+    freqs = rope_freqs(config)
+    return GgufForm(arch, keys, names.gguf, convert, extra={} if freqs is None else {"rope_freqs.weight": freqs},
+                    tied=config.tie_word_embeddings, notes=notes)
+
+
+def _llama_keys(config: LlamaConfig) -> dict:
+    keys = {
         "context_length": config.max_position_embeddings,
         "embedding_length": config.hidden_size,
         "block_count": config.num_hidden_layers,
@@ -96,14 +140,53 @@ def hyperparameters(config: LlamaConfig, arch: str) -> dict:
         "vocab_size": config.vocab_size,
     }
     if config.head_dim * config.num_attention_heads != config.hidden_size:  # llama.cpp's default head size
-        meta["attention.key_length"] = meta["attention.value_length"] = config.head_dim
+        keys["attention.key_length"] = keys["attention.value_length"] = config.head_dim
     scaling = (config.rope_scaling or {}).get("rope_type")
     if scaling == "linear":
-        meta["rope.scaling.type"] = "linear"
-        meta["rope.scaling.factor"] = float(config.rope_scaling["factor"])
+        keys["rope.scaling.type"] = "linear"
+        keys["rope.scaling.factor"] = float(config.rope_scaling["factor"])
     elif scaling not in (None, "llama3"):  # llama3 travels as the rope_freqs tensor
         raise ValueError(f"rope scaling {scaling!r} has no GGUF form candle writes (supported: linear, llama3)")
-    return {f"{arch}.{key}": value for key, value in meta.items()}
+    return keys
+
+
+def _gemma3_hyperparameters(config) -> dict:
+    """Gemma 3's keys as llama.cpp's converter writes them, and the per-layer pattern where it is not
+    llama.cpp's default (every 6th layer global); llama.cpp scales queries by 1/sqrt(head_dim) (1/sqrt(hidden /
+    heads) for 62 layers), so another query_pre_attn_scalar has no GGUF form."""
+    layers = config.num_hidden_layers
+    expected = config.hidden_size // config.num_attention_heads if layers == 62 else config.head_dim
+    if config.query_pre_attn_scalar != expected:
+        raise ValueError(f"query_pre_attn_scalar {config.query_pre_attn_scalar:g} has no GGUF form: llama.cpp "
+                         f"scales Gemma 3's queries by 1/sqrt({expected})")
+    if config.rope_local_scaling is not None:
+        raise ValueError("a rope scaling of Gemma 3's sliding layers has no GGUF form")
+    keys = {"rope.freq_base_swa": float(config.rope_local_theta)}
+    windows = set(config.sliding_windows) - {None}
+    if len(windows) > 1:
+        raise ValueError("Gemma 3 layers with different sliding windows have no GGUF form")
+    if windows:
+        keys["attention.sliding_window"] = windows.pop()
+        sliding = [w is not None for w in config.sliding_windows]
+        if sliding != [i % 6 < 5 for i in range(layers)]:
+            keys["attention.sliding_window_pattern"] = sliding
+    if config.final_logit_softcapping:
+        keys["final_logit_softcapping"] = float(config.final_logit_softcapping)
+    return keys
+
+
+def gguf_form(config) -> GgufForm:
+    """The GGUF form of a model's config (any family candle quantize writes)."""
+    from . import falcon, gpt2
+
+    if isinstance(config, LlamaConfig):
+        return llama_form(config)
+    if isinstance(config, gpt2.GPT2Config):
+        return gpt2.gguf_form(config)
+    if isinstance(config, falcon.FalconConfig):
+        return falcon.gguf_form(config)
+    raise ValueError(f"{type(config).__name__} has no GGUF form here (candle quantize writes "
+                     f"{', '.join(GGUF_ARCHITECTURES)})")
 
 
 def tokenizer_metadata(folder: Path, vocab_size: int) -> dict:
@@ -186,7 +269,7 @@ def _special_tokens(folder: Path, tok: Tokenizer, vocab: dict) -> dict:
 def pre_tokenizer_name(pre: dict | None) -> str:
     """llama.cpp's name (tokenizer.ggml.pre) for the way a tokenizer.json splits text before byte-level BPE,
     from its regexes; "default", llama.cpp's fallback, when they are not ones it names."""
-    names = {PRE_TOKENIZER_SPLITS[name]: name for name in ("gpt-2", "smollm", "llama-bpe", "qwen2")}
+    names = {PRE_TOKENIZERS[name]: name for name in ("gpt-2", "smollm", "llama-bpe", "qwen2")}
     return names.get(_splits(pre), "default")
 
 
@@ -203,17 +286,18 @@ def _splits(pre: dict | None) -> tuple | None:
             regexes.append(r"\p{N}")
         elif kind == "ByteLevel":
             if step.get("use_regex", True):
-                regexes += PRE_TOKENIZER_SPLITS["gpt-2"]
+                regexes += PRE_TOKENIZERS["gpt-2"]
         else:
             return None
     return tuple(regexes)
 
 
-def model_metadata(folder: Path, config: LlamaConfig, arch: str, ggml_type: GgmlType, name: str) -> dict:
+def model_metadata(folder: Path, form: GgufForm, vocab_size: int, ggml_type: GgmlType, name: str) -> dict:
     """Every key of the GGUF of a model folder written with matrices of ``ggml_type``."""
-    meta = {"general.architecture": arch, "general.name": name,
+    meta = {"general.architecture": form.arch, "general.name": name,
             "general.file_type": FILE_TYPES[ggml_type.type_id], "general.quantization_version": QUANTIZATION_VERSION}
-    return meta | hyperparameters(config, arch) | tokenizer_metadata(folder, config.vocab_size)
+    keys = {f"{form.arch}.{key}": value for key, value in form.keys.items()}
+    return meta | keys | tokenizer_metadata(folder, vocab_size)
 
 
 def llama_cpp_types(metadata: dict) -> dict:

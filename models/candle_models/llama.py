@@ -11,21 +11,22 @@ the rope may be scaled.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import candle_api as c
 from candle_api import functional as F
 from candle_api import nn
-from candle_api.errors import ShapeError
 from candle_api.quantized import QTensor
 
 from .batch_cache import BatchKVCache
-from .decoder import DecoderLM, KVCache, attention_mask, finish, prepare
+from .decoder import DecoderLM, KVCache, attention_mask, finish
 from .rope import ROPE_TYPES, RotaryEmbedding
 
 #: config.json ``model_type``s this module runs.
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+
+#: The MLP gate activations, by config.json name (Gemma's gelu_pytorch_tanh is GELU's tanh approximation).
+ACTIVATIONS = {"silu": F.silu, "gelu_pytorch_tanh": F.gelu}
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class LlamaConfig:
     # q/k rows as llama.cpp's converter stores them (each head's rotary pairs adjacent): rotate
     # interleaved pairs instead of halves, so quantized weights need no reordering.
     rope_interleaved: bool = False
+    hidden_act: str = "silu"  # the MLP's gate activation (a key of ACTIVATIONS)
 
     @classmethod
     def from_dict(cls, cfg: dict) -> "LlamaConfig":
@@ -63,30 +65,17 @@ class LlamaConfig:
         if cfg.get("hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act {cfg['hidden_act']!r} is not supported (the Llama family uses silu)")
         try:
-            heads, layers = cfg["num_attention_heads"], cfg["num_hidden_layers"]
-            rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-            theta = rope.pop("rope_theta", cfg.get("rope_theta", 10000.0))
-            kind = rope.pop("rope_type", rope.pop("type", "default"))
-            if kind == "llama3":
-                rope.setdefault("original_max_position_embeddings", cfg["max_position_embeddings"])
-            if kind not in ROPE_TYPES:
-                raise ValueError(f"rope type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
-            if rope.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)) != 1.0:
-                raise ValueError("partial rotary embeddings (partial_rotary_factor < 1) are not supported")
+            theta, scaling = parse_rope(cfg.get("rope_parameters") or cfg.get("rope_scaling"), cfg,
+                                        cfg.get("rope_theta", 10000.0))
             return cls(
-                vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
-                intermediate_size=cfg["intermediate_size"], num_hidden_layers=layers, num_attention_heads=heads,
-                num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-                head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-                rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=float(theta),
-                rope_scaling=None if kind == "default" else {"rope_type": kind, **rope},
-                max_position_embeddings=cfg.get("max_position_embeddings", 4096),
+                **sizes(cfg, 4096), rope_theta=theta, rope_scaling=scaling,
                 tie_word_embeddings=cfg.get("tie_word_embeddings", False),
                 qkv_bias=model_type == "qwen2" or cfg.get("attention_bias", False),
                 o_bias=model_type != "qwen2" and cfg.get("attention_bias", False),
                 mlp_bias=cfg.get("mlp_bias", False),
-                sliding_windows=_sliding_windows(cfg, model_type, layers),
+                sliding_windows=_sliding_windows(cfg, model_type, cfg["num_hidden_layers"]),
                 model_type=model_type, qk_norm=model_type == "qwen3", fused=model_type == "phi3",
+                rope_interleaved=cfg.get("rope_interleaved", False),
             )
         except KeyError as exc:
             raise ValueError(f"the config has no {exc.args[0]!r}") from None
@@ -98,6 +87,32 @@ class LlamaConfig:
         if (self.rope_scaling or {}).get("rope_type") == "dynamic":
             return int(self.max_position_embeddings * self.rope_scaling["factor"])
         return self.max_position_embeddings
+
+
+def sizes(cfg: dict, max_positions: int) -> dict:
+    """The LlamaConfig fields a config.json gives alike in every family that uses it: its sizes, the norms'
+    epsilon and the context (``max_positions`` when it says none); a KeyError names a missing one."""
+    heads = cfg["num_attention_heads"]
+    return dict(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
+                intermediate_size=cfg["intermediate_size"], num_hidden_layers=cfg["num_hidden_layers"],
+                num_attention_heads=heads, num_key_value_heads=cfg.get("num_key_value_heads") or heads,
+                head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads, rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+                max_position_embeddings=cfg.get("max_position_embeddings", max_positions))
+
+
+def parse_rope(rope: dict | None, cfg: dict, theta: float) -> tuple[float, dict | None]:
+    """(theta, rope_scaling or None for plain rope) from a config's rope parameters: transformers 5's
+    rope_parameters (or one entry of them) or 4's rope_scaling; ``theta`` when they do not say."""
+    rope = dict(rope or {})
+    theta = rope.pop("rope_theta", theta)
+    kind = rope.pop("rope_type", rope.pop("type", "default"))
+    if kind == "llama3":
+        rope.setdefault("original_max_position_embeddings", cfg["max_position_embeddings"])
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"rope type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+    if rope.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise ValueError("partial rotary embeddings (partial_rotary_factor < 1) are not supported")
+    return float(theta), None if kind == "default" else {"rope_type": kind, **rope}
 
 
 def _sliding_windows(cfg: dict, model_type: str, layers: int) -> tuple:
@@ -163,7 +178,8 @@ class _QuantizedEmbedding(nn.Module):
         return self.weight.embedding(ids)
 
 
-def _embedding(vb: nn.VarBuilder, vocab: int, hidden: int) -> nn.Module:
+def embedding_layer(vb: nn.VarBuilder, vocab: int, hidden: int) -> nn.Module:
+    """An embedding table, kept in its blocks when the checkpoint's is quantized."""
     weight = vb.get_weight((vocab, hidden), "weight")
     return _QuantizedEmbedding(weight) if isinstance(weight, QTensor) else nn.Embedding(vocab, hidden, vb=vb)
 
@@ -182,11 +198,15 @@ def _fused_rows(weights: list) -> list:
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, window: int | None):
+    """Grouped-query attention over the KV cache. A family may normalize q/k heads with its own ``norm``
+    class and scale the scores by other than 1/sqrt(head_dim)."""
+
+    def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, window: int | None, norm=nn.RmsNorm,
+                 scale: float | None = None):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = (config.num_attention_heads, config.num_key_value_heads,
                                                     config.head_dim)
-        self.window = window
+        self.window, self.scale = window, scale
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         if config.fused:
             self.qkv_proj = TransposedLinear(vb.pp("qkv_proj"), config.hidden_size, (q_size + 2 * kv_size,),
@@ -198,8 +218,8 @@ class LlamaAttention(nn.Module):
         self.rope = F.rope_i if config.rope_interleaved else F.rope
         self.q_norm = self.k_norm = None
         if config.qk_norm:
-            self.q_norm = nn.RmsNorm(self.head_dim, config.rms_norm_eps, vb=vb.pp("q_norm"))
-            self.k_norm = nn.RmsNorm(self.head_dim, config.rms_norm_eps, vb=vb.pp("k_norm"))
+            self.q_norm = norm(self.head_dim, config.rms_norm_eps, vb=vb.pp("q_norm"))
+            self.k_norm = norm(self.head_dim, config.rms_norm_eps, vb=vb.pp("k_norm"))
 
     def forward(self, x: c.Tensor, cos: c.Tensor, sin: c.Tensor, cache: KVCache | None, layer: int,
                 masks: dict) -> c.Tensor:
@@ -218,25 +238,28 @@ class LlamaAttention(nn.Module):
         s = k.shape[2]
         if isinstance(cache, BatchKVCache):  # one token per sequence, each sequence at its own length
             q = q.reshape(b, kvh, h // kvh, self.head_dim)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=cache.mask(self.window))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=cache.mask(self.window), scale=self.scale)
         elif t == 1:
             # Decoding sees every cached key (or the last `window`): the query heads sharing a key/value
             # head are the rows of one query matrix, so grouped attention is plain attention.
             if self.window is not None and s > self.window:
                 k, v = k.narrow(2, s - self.window, self.window), v.narrow(2, s - self.window, self.window)
-            y = F.scaled_dot_product_attention(q.reshape(b, kvh, h // kvh, self.head_dim), k, v)
+            q = q.reshape(b, kvh, h // kvh, self.head_dim)
+            y = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
         elif s == t and (self.window is None or self.window >= s):
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
+            y = y.transpose(1, 2)
         else:
             if self.window not in masks:
                 masks[self.window] = attention_mask(t, s - t, self.window, x.device)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=masks[self.window], enable_gqa=True)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=masks[self.window], scale=self.scale,
+                                               enable_gqa=True)
             y = y.transpose(1, 2)
         return self.o_proj(y.reshape(b, t, h * self.head_dim))
 
 
 class LlamaMLP(nn.Module):
-    """down(silu(gate(x)) * up(x)), gate and up in one product."""
+    """down(act(gate(x)) * up(x)), gate and up in one product; act is silu but for Gemma."""
 
     def __init__(self, config: LlamaConfig, vb: nn.VarBuilder):
         super().__init__()
@@ -248,10 +271,11 @@ class LlamaMLP(nn.Module):
             self.gate_up_proj = TransposedLinear(vb, config.hidden_size, (self.ffn, self.ffn), config.mlp_bias,
                                                  ("gate_proj", "up_proj"))
         self.down_proj = TransposedLinear(vb.pp("down_proj"), self.ffn, (config.hidden_size,), config.mlp_bias)
+        self.act = ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: c.Tensor) -> c.Tensor:
         gate_up = self.gate_up_proj(x)
-        return self.down_proj(F.silu(gate_up.narrow(-1, 0, self.ffn)) * gate_up.narrow(-1, self.ffn, self.ffn))
+        return self.down_proj(self.act(gate_up.narrow(-1, 0, self.ffn)) * gate_up.narrow(-1, self.ffn, self.ffn))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -269,29 +293,36 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    """The decoder stack. With tied embeddings the table lives in the causal
-    LM's output layer (transposed, for decoding) and ``embed_tokens`` is None."""
+    """The decoder stack, of ``layer_class`` layers and a final ``norm_class`` norm. With tied embeddings
+    the table lives in the causal LM's output layer (transposed, for decoding) and ``embed_tokens`` is None."""
 
-    def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, progress=None):
+    def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, progress=None, layer_class=LlamaDecoderLayer,
+                 norm_class=nn.RmsNorm):
         super().__init__()
-        self.embed_tokens = None if config.tie_word_embeddings else _embedding(
+        self.embed_tokens = None if config.tie_word_embeddings else embedding_layer(
             vb.pp("embed_tokens"), config.vocab_size, config.hidden_size)
         layers = []
         for i, window in enumerate(config.sliding_windows):
-            layers.append(LlamaDecoderLayer(config, vb.pp("layers").pp(i), window))
+            layers.append(layer_class(config, vb.pp("layers").pp(i), window))
             if progress is not None:
                 progress.update()
         self.layers = nn.ModuleList(layers)
-        self.norm = nn.RmsNorm(config.hidden_size, config.rms_norm_eps, vb=vb.pp("norm"))
+        self.norm = norm_class(config.hidden_size, config.rms_norm_eps, vb=vb.pp("norm"))
 
 
 class LlamaForCausalLM(DecoderLM):
-    """A Llama-family decoder with its language-model head (calls: see :class:`DecoderLM`)."""
+    """A Llama-family decoder with its language-model head (calls: see :class:`DecoderLM`). A family
+    that differs in its layers and norms (Gemma 3) subclasses it with its own ``config_class``,
+    ``layer_class`` and ``norm_class``."""
+
+    config_class = LlamaConfig
+    layer_class = LlamaDecoderLayer
+    norm_class = nn.RmsNorm
 
     def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, progress=None):
         super().__init__()
         self.config = config
-        self.model = LlamaModel(config, vb.pp("model"), progress)
+        self.model = LlamaModel(config, vb.pp("model"), progress, self.layer_class, self.norm_class)
         head = vb.pp("model").pp("embed_tokens") if config.tie_word_embeddings else vb.pp("lm_head")
         self.lm_head = TransposedLinear(head, config.hidden_size, (config.vocab_size,), False)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling,
@@ -314,11 +345,6 @@ class LlamaForCausalLM(DecoderLM):
         head = self.lm_head
         return head.weight_t.device if head.weight_t is not None else head.quantized[0].device
 
-    def new_batch_cache(self, max_batch: int) -> BatchKVCache:
-        """A cache for continuous batching: sequences prefilled one by one (``admit``), then decoded
-        together, one token each per forward of (batch, 1) ids."""
-        return BatchKVCache(self.config, max_batch, self.dtype, self.device)
-
     def forward(self, input_ids, cache: KVCache | None = None, last_only: bool = False) -> c.Tensor:
         """Logits for ``input_ids`` (batch, seq) of integer ids; ``last_only``
         computes them for the last position only (batch, 1, vocab), all
@@ -326,46 +352,13 @@ class LlamaForCausalLM(DecoderLM):
         new ones make at most ``config.context_length``. With a
         :class:`BatchKVCache` the ids are (batch, 1), one token for each of
         its sequences, each at its own position."""
-        if isinstance(cache, BatchKVCache):
-            positions = cache.begin_step()
-            ids, t, _ = prepare(self, input_ids, None)
-            if ids.shape != (cache.batch, 1):
-                raise ShapeError(f"a batch cache of {cache.batch} sequences takes ids of shape ({cache.batch}, 1), "
-                                 f"got {ids.shape}")
-            cos, sin = self.rotary.cos_sin_at(positions)
-        else:
-            ids, t, offset = prepare(self, input_ids, cache)
-            cos, sin = self.rotary.cos_sin(offset, t)
+        ids, positions = self.start(input_ids, cache)
         x = self.embed(ids)
         masks = {}  # the attention masks this forward needs, one per window, shared by the layers
-        for i, layer in enumerate(self.model.layers):
+        for i, (layer, (cos, sin)) in enumerate(zip(self.model.layers, self._rope_tables(positions))):
             x = layer(x, cos, sin, cache, i, masks)
-        return self.lm_head(self.model.norm(finish(x, cache, t, last_only)))
+        return self.lm_head(self.model.norm(finish(x, cache, positions.length, last_only)))
 
-    @classmethod
-    def from_pretrained(cls, repo_or_path: str | os.PathLike, dtype=None, device="cpu", progress=None,
-                        revision: str | None = None) -> "LlamaForCausalLM":
-        """From a GGUF file, a folder with config.json and safetensors (or
-        PyTorch) weights, or a Hugging Face repo id (offline from the cache).
-        ``dtype`` None keeps a GGUF's quantized weights in their blocks (f32
-        activations) and loads other checkpoints in f32; a dtype dequantizes
-        (or converts) every weight to it. ``progress`` (a
-        :class:`~candle_models.progress.Progress`-like object with ``update``)
-        advances once per layer built."""
-        from .hub import resolve
-        from .llama_gguf import find_gguf, gguf_checkpoint
-
-        path = resolve(repo_or_path, revision=revision)
-        gguf = find_gguf(path)
-        if gguf is not None:
-            config, tensors = gguf_checkpoint(gguf, quantized=dtype is None)
-            vb = nn.VarBuilder.from_tensors(tensors, dtype or "f32", device)
-        else:
-            from .pretrained import load_folder
-
-            _, cfg, vb = load_folder(path, dtype or "f32", device)
-            config = LlamaConfig.from_dict(cfg)
-        if progress is not None:
-            progress.total = config.num_hidden_layers
-        with c.no_grad():
-            return cls(config, vb, progress)
+    def _rope_tables(self, positions) -> list:
+        """Each layer's cos/sin tables: one rope for every layer."""
+        return [positions.rope(self.rotary)] * len(self.model.layers)

@@ -1,6 +1,6 @@
-"""``candle quantize``: a Llama-family model folder (config.json,
-tokenizer.json, safetensors) or a GGUF file, written as a GGUF file that
-llama.cpp and ``candle generate`` load, its weight matrices in the GGML type
+"""``candle quantize``: a model folder (config.json, tokenizer.json,
+safetensors) of the Llama family, Gemma 3, GPT-2 or Falcon, or a GGUF file,
+written as a GGUF file that llama.cpp and ``candle generate`` load, its weight matrices in the GGML type
 asked for (arguments: see cli.py, which also reports the errors raised here).
 
 Tensors are converted one at a time as the GGUF writer asks for them, so
@@ -24,11 +24,9 @@ from candle_api.io import TensorFile
 from candle_api.quantized import GGML_TYPES, GgmlType, QTensor, get_ggml_type
 
 from .config import load_config
-from .gguf_export import (FILE_TYPES, GGUF_ARCHITECTURES, QUANTIZATION_VERSION, gguf_name, llama_cpp_types,
-                          model_metadata, output_types, permute_qk, rope_freqs)
+from .gguf_export import FILE_TYPES, QUANTIZATION_VERSION, gguf_form, llama_cpp_types, model_metadata, output_types
+from .gguf_models import find_gguf, gguf_model_type, load_gguf
 from .hub import model_folder, resolve
-from .llama import LlamaConfig
-from .llama_gguf import config_dict, find_gguf
 from .progress import Progress
 from .weights import weight_files
 
@@ -85,45 +83,34 @@ def output_type(name: str) -> GgmlType:
 
 
 def folder_source(folder: Path, wanted: GgmlType, model_name: str) -> Source:
-    """A Hugging Face folder's tensors under llama.cpp's names, q/k rows permuted for its rope."""
-    config = LlamaConfig.from_dict(load_config(folder))
-    if config.model_type not in GGUF_ARCHITECTURES:
-        raise ValueError(f"model_type {config.model_type!r} has no GGUF form here (candle quantize writes "
-                         f"{', '.join(GGUF_ARCHITECTURES)})")
-    arch = GGUF_ARCHITECTURES[config.model_type]
-    metadata = model_metadata(folder, config, arch, wanted, model_name)
+    """A Hugging Face folder's tensors under llama.cpp's names, in the layouts it expects."""
+    from .causal_lm import family
+
+    config = family(folder).config_class.from_dict(load_config(folder))
+    form = gguf_form(config)
+    metadata = model_metadata(folder, form, config.vocab_size, wanted, model_name)
     if metadata.get("tokenizer.ggml.pre") == "default":
         _note("tokenizer.json splits text before BPE in a way llama.cpp has no name for: llama.cpp will split it "
               "as its \"default\" pre-tokenizer does, which may tokenize some text otherwise")
-    windows = sorted({w for w in config.sliding_windows if w is not None})
-    if windows:
-        _note(f"llama.cpp's {arch} architecture has no sliding window: the GGUF attends to the whole context "
-              f"(config.json slides windows of {', '.join(map(str, windows))} positions)")
+    for note in form.notes:
+        _note(note)
     weights = ChainMap(*(c.load(str(f)) for f in weight_files(folder)))
-    heads = {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads} if arch == "llama" else {}
     tensors, skipped = {}, []
     for hf in weights:
-        name = gguf_name(hf)
+        name = form.name(hf)
         if name is None:
             skipped.append(hf)
-        elif not (name == "output.weight" and config.tie_word_embeddings):  # llama.cpp reuses token_embd
-            part = name.split(".")[2] if name.startswith("blk.") else None
-            tensors[name] = (weights[hf].shape, lambda hf=hf, h=heads.get(part): _values(weights[hf], h))
-    freqs = rope_freqs(config)
-    if freqs is not None:
-        tensors["rope_freqs.weight"] = (freqs.shape, lambda: freqs)
+        elif not (name == "output.weight" and form.tied):  # llama.cpp reuses token_embd
+            tensors[name] = (form.shape(name, weights[hf].shape),
+                             lambda hf=hf, name=name: form.convert(name, weights[hf].numpy().astype(np.float32)))
+    tensors |= {name: (values.shape, lambda values=values: values) for name, values in form.extra.items()}
     return Source(metadata, tensors, skipped)
 
 
-def _values(tensor: c.Tensor, heads: int | None) -> np.ndarray:
-    values = tensor.numpy().astype(np.float32)
-    return permute_qk(values, heads) if heads else values
-
-
 def gguf_source(path: Path, wanted: GgmlType) -> Source:
-    """A Llama-family GGUF's tensors as they are, its metadata with the new file type."""
-    file = c.load(str(path))
-    config_dict(file.metadata, set(file))  # refuses other architectures and missing hyper-parameters
+    """A GGUF's tensors as they are, its metadata with the new file type."""
+    gguf_model_type(path)  # refuses the architectures read nowhere here
+    file = load_gguf(path)
     metadata = dict(file.metadata) | {"general.file_type": FILE_TYPES[wanted.type_id],
                                       "general.quantization_version": QUANTIZATION_VERSION}
     return Source(metadata, {name: (file[name].shape, lambda name=name: file[name]) for name in file}, [])

@@ -1,6 +1,6 @@
 """Tokenizers of the Llama family through the ``tokenizers`` package: from
 a folder's tokenizer.json, or built from a GGUF's ``tokenizer.ggml.*``
-metadata as llama.cpp reads it; chat templates rendered with jinja2 (as
+metadata as llama.cpp reads it (gguf_vocab); chat templates rendered with jinja2 (as
 transformers does); the tokens that end a turn; streaming detokenization.
 """
 
@@ -12,108 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import tokenizers
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
 
 from candle_api.errors import ArgumentError, FormatError
 
-# llama.cpp's pre-tokenizer splits (llama-vocab.cpp), by tokenizer.ggml.pre. Byte-level BPE vocabularies
-# were learned on text cut this way; the byte-level step after them maps bytes to the vocabulary's alphabet.
-_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_DIGIT_SPLIT = r"\p{N}"  # StarCoder-style vocabularies (SmolLM2): every digit on its own, then GPT-2's split
-
-PRE_TOKENIZER_SPLITS = {
-    "default": (_GPT2_SPLIT,), "gpt2": (_GPT2_SPLIT,), "gpt-2": (_GPT2_SPLIT,),
-    "smollm": (_DIGIT_SPLIT, _GPT2_SPLIT), "starcoder": (_DIGIT_SPLIT, _GPT2_SPLIT),
-    "refact": (_DIGIT_SPLIT, _GPT2_SPLIT),
-    "llama3": (_LLAMA3_SPLIT,), "llama-bpe": (_LLAMA3_SPLIT,), "llama-v3": (_LLAMA3_SPLIT,),
-    "smaug-bpe": (_LLAMA3_SPLIT,),
-    "qwen2": (_QWEN2_SPLIT,), "deepseek-r1-qwen": (_QWEN2_SPLIT,),
-}
-
-# GGUF token types (llama.cpp's llama_token_type).
-_CONTROL, _USER_DEFINED = 3, 4
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character map that byte-level vocabularies are spelled in."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[b] = chr(b)
-        else:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    return chars
-
-
-def _byte_level_bpe(metadata: Mapping) -> tokenizers.Tokenizer:
-    pre = metadata.get("tokenizer.ggml.pre", "default")
-    if pre not in PRE_TOKENIZER_SPLITS:
-        raise ValueError(f"GGUF pre-tokenizer {pre!r} is not supported (supported: "
-                         f"{', '.join(sorted(PRE_TOKENIZER_SPLITS))})")
-    spelling = _bytes_to_unicode()
-    alphabet = set(spelling.values())
-    # Tokens written as plain text rather than in the byte alphabet are looked up by their bytes' spelling.
-    vocab = {tok if set(tok) <= alphabet else "".join(spelling[b] for b in tok.encode("utf-8")): i
-             for i, tok in enumerate(metadata["tokenizer.ggml.tokens"])}
-    merges = [tuple(m.split(" ", 1)) for m in metadata["tokenizer.ggml.merges"]]
-    tok = tokenizers.Tokenizer(models.BPE(vocab, merges, fuse_unk=False))
-    splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in PRE_TOKENIZER_SPLITS[pre]]
-    tok.pre_tokenizer = pre_tokenizers.Sequence(splits + [pre_tokenizers.ByteLevel(add_prefix_space=False,
-                                                                                    use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    return tok
-
-
-def _sentencepiece_bpe(metadata: Mapping) -> tokenizers.Tokenizer:
-    """llama.cpp's "llama" vocabularies (SentencePiece BPE), built as
-    transformers' LlamaTokenizer: merges recovered from the scores (a pair
-    merges with the score of the piece it makes; ties: longer left pieces
-    first, then vocabulary order), byte fallback for what the vocabulary lacks."""
-    tokens, scores = metadata["tokenizer.ggml.tokens"], metadata["tokenizer.ggml.scores"]
-    vocab = {t: i for i, t in enumerate(tokens)}
-    merges = []
-    for t, score in zip(tokens, scores):
-        pairs = [(t[:k], t[k:]) for k in range(1, len(t)) if t[:k] in vocab and t[k:] in vocab]
-        merges += [(left, right, score) for left, right in sorted(pairs, key=lambda p: (vocab[p[0]], vocab[p[1]]))]
-    merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
-    unk = metadata.get("tokenizer.ggml.unknown_token_id", 0)
-    tok = tokenizers.Tokenizer(models.BPE(vocab, [m[:2] for m in merges], unk_token=tokens[unk], fuse_unk=True,
-                                          byte_fallback=True))
-    prefix = metadata.get("tokenizer.ggml.add_space_prefix", True)
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first" if prefix else "never",
-                                                 split=False)
-    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
-                                    + ([decoders.Strip(" ", 1, 0)] if prefix else []))
-    return tok
-
-
-_BUILDERS = {"gpt2": _byte_level_bpe, "llama": _sentencepiece_bpe}
-
-
-def tokenizer_from_gguf(metadata: Mapping) -> tokenizers.Tokenizer:
-    """A ``tokenizers.Tokenizer`` from a GGUF's tokenizer.ggml.* metadata."""
-    kind = metadata.get("tokenizer.ggml.model")
-    if kind not in _BUILDERS:
-        raise ValueError(f"GGUF tokenizer model {kind!r} is not supported (supported: {', '.join(_BUILDERS)})")
-    tok = _BUILDERS[kind](metadata)
-    tokens, types = metadata["tokenizer.ggml.tokens"], metadata.get("tokenizer.ggml.token_type") or ()
-    # Control tokens (<|im_start|>...) and user-defined ones are matched whole in the text, never split.
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t, kind in zip(tokens, types) if kind == _CONTROL])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False)
-                    for t, kind in zip(tokens, types) if kind == _USER_DEFINED])
-    bos = metadata.get("tokenizer.ggml.bos_token_id")
-    if metadata.get("tokenizer.ggml.add_bos_token", kind == "llama") and bos is not None:
-        tok.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A",
-                                                           pair=f"{tokens[bos]} $A $B",
-                                                           special_tokens=[(tokens[bos], bos)])
-    return tok
+from .gguf_vocab import tokenizer_from_gguf
 
 
 def check_text(text: str, name: str) -> str:
@@ -227,15 +129,13 @@ class Tokenizer:
     @classmethod
     def from_pretrained(cls, repo_or_path: str | os.PathLike, revision: str | None = None) -> "Tokenizer":
         """From a GGUF file, a model folder or a Hugging Face repo id (offline from the cache)."""
-        import candle_api as c
-
+        from .gguf_models import find_gguf, load_gguf
         from .hub import model_folder, resolve
-        from .llama_gguf import find_gguf
 
         path = resolve(repo_or_path, revision=revision)
         gguf = find_gguf(path)
         if gguf is not None:
-            return cls.from_gguf_metadata(c.load(str(gguf)).metadata)
+            return cls.from_gguf_metadata(load_gguf(gguf).metadata)
         return cls.from_folder(model_folder(path))
 
     # ---- text <-> ids ------------------------------------------------------------------------------

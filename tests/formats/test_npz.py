@@ -17,7 +17,7 @@ from candle_formats import npz
 
 # numpy dtype in a file -> numpy dtype of the candle-api tensor read back
 DTYPE_RULE = {
-    "|b1": np.uint8, "|u1": np.uint8, "|i1": np.int16, "<u2": np.uint32, "<i2": np.int16, "<u4": np.uint32,
+    "|b1": np.bool_, "|u1": np.uint8, "|i1": np.int16, "<u2": np.uint32, "<i2": np.int16, "<u4": np.uint32,
     "<i4": np.int32, "<u8": np.int64, "<i8": np.int64, "<f2": np.float16, "<f4": np.float32, "<f8": np.float64,
 }
 BIG_ENDIAN = [">u2", ">i2", ">u4", ">i4", ">u8", ">i8", ">f2", ">f4", ">f8"]

@@ -31,7 +31,7 @@ KINDS = ["zip", "legacy"]
 
 # name in the dtype fixtures -> candle-api dtype it loads as
 DTYPES = {"f32": "f32", "f64": "f64", "f16": "f16", "bf16": "bf16", "i64": "i64", "i32": "i32",
-          "i16": "i16", "i8": "i16", "u8": "u8", "bool": "u8"}
+          "i16": "i16", "i8": "i16", "u8": "u8", "bool": "bool"}
 
 
 def expected(case: str) -> dict:
@@ -63,7 +63,7 @@ def test_every_storage_dtype(kind):
     tf = c.load(FIXTURES / f"tensors_{kind}.pt")
     assert {name: tf[name].dtype for name in DTYPES} == DTYPES
     assert tf["i8"].numpy().tolist() == [127, -128, 0, -1]
-    assert tf["bool"].numpy().tolist() == [1, 0, 1]
+    assert tf["bool"].numpy().tolist() == [True, False, True]
     assert tf["i64"].numpy().tolist() == [2**62, -(2**63), 0, 7]
     assert tf["bf16"].numpy().astype(np.float32)[2] == 0.0078125
 

@@ -27,7 +27,7 @@ FP8 = [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fnuz
        ml_dtypes.float8_e8m0fnu]
 # numpy dtype written by the safetensors package -> numpy dtype of the candle-api tensor read back
 DTYPE_RULE = {
-    np.bool_: np.uint8, np.uint8: np.uint8, np.int8: np.int16, np.uint16: np.uint32, np.int16: np.int16,
+    np.bool_: np.bool_, np.uint8: np.uint8, np.int8: np.int16, np.uint16: np.uint32, np.int16: np.int16,
     np.float16: np.float16, ml_dtypes.bfloat16: ml_dtypes.bfloat16, np.uint32: np.uint32, np.int32: np.int32,
     np.float32: np.float32, np.uint64: np.int64, np.int64: np.int64, np.float64: np.float64,
     ml_dtypes.float8_e4m3fn: np.float16, ml_dtypes.float8_e5m2: np.float16,

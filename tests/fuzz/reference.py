@@ -74,6 +74,8 @@ def int_binary(op: str, a: np.ndarray, b: np.ndarray, dtype: str):
 
 def cast(x: np.ndarray, to: str) -> np.ndarray:
     """x (values of its own dtype) converted as to_dtype converts."""
+    if to == "bool":  # nonzero (NaN too) is True
+        return np.asarray(x != 0, dtype=np.bool_)
     if to in FLOATS:
         with np.errstate(all="ignore"):  # through float64: within a rounding of a direct conversion
             return x.astype(np.float64).astype(np_dtype(to))

@@ -1,6 +1,7 @@
-"""Continuous batching: the Llama family decoding sequences of different
-lengths in one forward (BatchKVCache), and the serve engine that joins and
-retires requests between steps."""
+"""Continuous batching: every causal LM family (the Llama family, Gemma 3,
+GPT-2 and Falcon) decoding sequences of different lengths in one forward
+(BatchKVCache), and the serve engine that joins and retires requests
+between steps."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 import candle_api as c
 from candle_api.errors import ArgumentError, ShapeError
+from candle_models import causal_lm
 from candle_models.generation import Sampler, generate_ids
 from candle_models.llama import LlamaForCausalLM
 from candle_models.serve.engine import Engine, Generation, QueueFull, StopText
@@ -52,9 +54,11 @@ def batched_logits(model, prompts, feeds, joins, leaves):
 
 
 @pytest.mark.parametrize("name", ["tiny_llama3", "tiny_mistral", "tiny_phi3", "tiny_qwen2", "tiny_qwen3",
-                                  "tiny_llama_dynamic"])
+                                  "tiny_llama_dynamic", "tiny_gemma3", "tiny_gpt2", "tiny_falcon", "tiny_falcon_40b",
+                                  "tiny_falcon_sequential"])
 def test_a_batch_decodes_each_sequence_as_alone(name):
-    model = LlamaForCausalLM.from_pretrained(FIXTURES / name)
+    """(GPT-2's learned positions and Falcon's layouts gathered per row as the Llama family's rope is.)"""
+    model = causal_lm.from_pretrained(FIXTURES / name)
     rng = np.random.default_rng(0)
     prompts = [list(rng.integers(0, model.config.vocab_size, n)) for n in (5, 8, 3, 7, 2)]  # within 16 positions
     joins, leaves = [0, 0, 2, 3, 3], [3, 6, 8, 5, 8]
@@ -175,7 +179,7 @@ def test_concurrent_generations_share_steps_and_match_generating_alone(smollm2_c
 
 def test_stop_texts_cancellation_and_a_full_queue(smollm2_chat):
     model, tokenizer = smollm2_chat
-    prompt = tokenizer.encode_chat("What is the capital of France?")
+    prompt = tokenizer.encode_chat("What is the capital of France? Answer in one sentence.")
     engine = Engine(model, tokenizer, max_batch=1, max_queue=1)
     stopped = Generation(prompt, 30, Sampler(0), Collector(), stop_texts=("Paris",))
     run_engine(engine, [stopped])

@@ -97,11 +97,12 @@ def test_the_family_comes_from_the_config(tmp_path):
     assert causal_lm.family(TINY) is GPT2LMHeadModel
     assert causal_lm.family(fixtures / "tiny_qwen3") is LlamaForCausalLM
     assert isinstance(causal_lm.from_pretrained(fixtures / "tiny_phi3"), LlamaForCausalLM)
-    folder = tmp_path / "t5"
+    folder = tmp_path / "bart"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    with pytest.raises(ValueError, match=r"model_type 't5' is not a supported causal language model "
-                                         r"\(supported: llama, mistral, qwen2, qwen3, phi3, gpt2, falcon\)"):
+    (folder / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    with pytest.raises(ValueError, match=r"model_type 'bart' is not a supported causal language model "
+                                         r"\(supported: llama, mistral, qwen2, qwen3, phi3, gemma3_text, gpt2, falcon; "
+                                         r"text to text: t5\)"):
         causal_lm.family(folder)
     (folder / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
     assert causal_lm.family(folder) is GPT2LMHeadModel
@@ -121,10 +122,65 @@ def test_candle_generate_runs_every_family(tmp_path, capsys, name):
     assert out.endswith("\n") and "6 tokens generated" in err
 
 
-def test_candle_serve_names_the_families_it_batches(capsys):
+@pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_falcon"])
+def test_candle_serve_batches_gpt2_and_falcon(tmp_path, name):
+    """candle serve runs every causal LM family in its batch: four concurrent completions (token-id prompts)
+    each get the greedy tokens of decoding them alone; without a chat template, chat answers 400."""
+    import concurrent.futures
+
+    import httpx
+    from test_quantize_command import char_level_tokenizer
+    from test_serve import Server
+
+    from candle_models import causal_lm
+    from candle_models.tokenizer import Tokenizer
+
+    folder = tmp_path / name
+    shutil.copytree(FIXTURES / name, folder)
+    char_level_tokenizer(96).save(str(folder / "tokenizer.json"))
+    model, tokenizer = causal_lm.from_pretrained(folder), Tokenizer.from_pretrained(folder)
+    prompts = [[5, 17, 30], [2, 9, 40, 41, 60, 7, 8], [11], [90, 3, 3, 3, 3]]
+    alone = [tokenizer.decode(generate_ids(model, p, 8, Sampler(temperature=0))) for p in prompts]
+    server = Server("--model", str(folder), "--embedding-model", "none", "--max-concurrent", "4")
+    try:
+        assert any("has no chat template" in line for line in server.lines)
+
+        def complete(prompt):
+            body = {"model": name, "prompt": prompt, "temperature": 0, "max_tokens": 8}
+            return httpx.post(f"{server.url}/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
+
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            assert list(pool.map(complete, prompts)) == alone
+        chat = httpx.post(f"{server.url}/v1/chat/completions", timeout=60,
+                          json={"model": name, "messages": [{"role": "user", "content": "hi"}]})
+        assert chat.status_code == 400 and "no chat template" in chat.json()["error"]["message"]
+    finally:
+        assert server.stop() == 0
+
+
+def test_candle_serve_refuses_what_is_no_causal_lm(capsys):
     from candle_api.cli import main
 
-    code = main(["serve", "--port", "0", "--model", str(FIXTURES / "tiny_gpt2"), "--embedding-model", "none"])
+    code = main(["serve", "--port", "0", "--model", str(FIXTURES / "tiny_bert" / "bert-mlm"),
+                 "--embedding-model", "none"])
     err = capsys.readouterr().err
-    assert code == 1 and "candle serve batches Llama-family chat models (llama, mistral" in err
-    assert "GPT2LMHeadModel runs with candle generate" in err and err.count("\n") == 1
+    assert code == 1 and "model_type 'bert' is not a supported causal language model (supported: llama" in err
+    assert err.count("\n") == 1
+
+def test_candle_generate_names_what_it_does_not_run(tmp_path, capsys):
+    """The family comes from config.json or the GGUF's general.architecture; another is one line that lists
+    the supported ones."""
+    from candle_api.cli import main
+
+    gguf = tmp_path / "bloom.gguf"
+    c.save({"w": c.zeros((2, 32))}, gguf, {"general.architecture": "bloom"}, format="gguf")
+    folder = tmp_path / "bart"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["BartForConditionalGeneration"]}))
+    for model, message in ((gguf, "GGUF architecture 'bloom' is not supported (supported: llama, qwen2, qwen3, "
+                                  "phi3, gemma3, gpt2, falcon)"),
+                           (folder, "config.json names no model_type, and none of its architectures "
+                                    "['BartForConditionalGeneration'] is supported (supported: LlamaForCausalLM")):
+        assert main(["generate", "--model", str(model), "--raw", "hi"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("candle generate: error: ") and message in err and err.count("\n") == 1, err

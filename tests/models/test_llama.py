@@ -198,9 +198,24 @@ def test_smollm2_config_from_gguf_metadata(smollm2_model):
             cfg.num_key_value_heads, cfg.tie_word_embeddings) == (49152, 576, 30, 9, 3, True)
 
 
+def spm_cases(tok: Tokenizer) -> list:
+    """spm_tokens.json's (text, ids, decoded) as llama.cpp has them: as transformers' GGUF conversion,
+    but for a text that starts with a space, where llama.cpp and SentencePiece add the dummy prefix all
+    the same ("  two" is "__ _two"); transformers' conversion does not (its Metaspace prepends only to
+    text without a leading space). llama.cpp's own vectors check that case (test_tokenizer_vectors.py)."""
+    cases = []
+    for case in json.loads((FIXTURES / "spm_tokens.json").read_text()):
+        ids, decoded = case["ids"], case["decoded"]
+        if case["text"].startswith(" "):  # this vocabulary has no "__": the prefix is a token of its own
+            ids, decoded = [ids[0], tok.inner.token_to_id("\u2581")] + ids[1:], case["text"]
+        cases.append((case["text"], ids, decoded))
+    return cases
+
+
 def test_sentencepiece_gguf_tokenizer_matches_transformers():
+    """As transformers' GGUF conversion (but for a leading space: see spm_cases)."""
     metadata = c.load(str(FIXTURES / "spm_vocab.gguf")).metadata
     tok = Tokenizer.from_gguf_metadata(metadata)
-    for case in json.loads((FIXTURES / "spm_tokens.json").read_text()):
-        assert tok.encode(case["text"]) == case["ids"], case["text"]
-        assert tok.decode(case["ids"], skip_special_tokens=True) == case["decoded"], case["text"]
+    for text, ids, decoded in spm_cases(tok):
+        assert tok.encode(text) == ids, text
+        assert tok.decode(ids, skip_special_tokens=True) == decoded, text

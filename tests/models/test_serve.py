@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,7 +28,7 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
 CHAT, EMBED = "SmolLM2-135M-Instruct", "all-MiniLM-L6-v2"
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -298,6 +299,14 @@ def test_binding_beyond_loopback_needs_a_key():
     assert "refusing to listen on 0.0.0.0 without an API key" in out.stderr and "--insecure" in out.stderr
 
 
+def test_an_encoder_decoder_is_refused_in_one_line():
+    t5 = Path(__file__).parent / "fixtures" / "tiny_t5"
+    out = subprocess.run([sys.executable, "-m", "candle_api.cli", "serve", "--port", "0", "--model", str(t5),
+                          "--embedding-model", "none"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1
+    assert "T5ForConditionalGeneration, an encoder-decoder: candle serve batches causal LMs only" in out.stderr
+
+
 def test_the_api_key_is_required_when_set():
     server = Server("--model", "none", env={"CANDLE_API_KEY": "s3cret"})
     try:
@@ -363,13 +372,13 @@ def test_a_full_queue_answers_429_and_a_dropped_client_frees_its_row():
 
 
 def test_the_context_limit_is_checked_before_any_work():
-    server = Server("--embedding-model", "none", "--context-length", "40")
+    server = Server("--embedding-model", "none", "--context-length", "48")
     try:
         long = {"model": CHAT, "messages": [{"role": "user", "content": "word " * 50}]}
-        assert_error(post(server, "/v1/chat/completions", long), 400, "context length is 40")
+        assert_error(post(server, "/v1/chat/completions", long), 400, "context length is 48")
         fits = {**CHAT_OK, "max_tokens": None}
         out = post(server, "/v1/chat/completions", {k: v for k, v in fits.items() if v is not None}).json()
-        assert out["usage"]["total_tokens"] <= 40
+        assert out["usage"]["total_tokens"] <= 48
     finally:
         assert server.stop() == 0
 

@@ -13,7 +13,7 @@ import threading
 from ctypes import CFUNCTYPE, c_char_p, c_double, c_int, c_int32, c_int64, c_uint64, c_void_p
 from pathlib import Path
 
-from candle_api.dtype import ALL_DTYPES
+from candle_api.dtype import NUMERIC_DTYPES
 from candle_api.errors import BackendUnavailableError, IndexOutOfRangeError, KernelError
 
 LIB_NAME = "libcandle_cpu.so"
@@ -67,6 +67,8 @@ SIGNATURES = {
     "cd_norm_last": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_int32]),
     "cd_rope": (c_int, [c_int32, c_char_p, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_int32]),
     "cd_sdpa": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_void_p, c_double]),
+    "cd_rnn": (c_int, [c_int32, c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                        c_void_p, c_void_p, c_void_p, c_void_p, c_double]),
     "cd_adamw": (c_int, [c_int32, c_int64, c_void_p, c_void_p, c_void_p, c_void_p, c_char_p]),
     "cd_sgd": (c_int, [c_int32, c_int64, c_void_p, c_void_p, c_void_p, c_char_p, c_int32, c_int32]),
     "cd_quantize": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p]),
@@ -135,7 +137,7 @@ def _declare(lib, path: Path) -> None:
             f"{path} has ABI version {version}, this candle-backend-cpu expects {ABI_VERSION}: reinstall the plugin"
         )
     names = lib.cd_names(b"dtypes").decode().rstrip(",").split(",")
-    expected = [d.name for d in sorted(ALL_DTYPES, key=lambda d: d.code)]
+    expected = [d.name for d in sorted(NUMERIC_DTYPES, key=lambda d: d.code)]
     if names != expected:
         raise BackendUnavailableError(f"{path} dtype codes {names} differ from candle-api's {expected}")
 
@@ -150,9 +152,9 @@ def describe() -> str:
         lib = load()
     except BackendUnavailableError:
         return "library not loaded"
-    l2, l3 = lib.cd_cache_bytes(2) >> 10, lib.cd_cache_bytes(3) >> 10
+    l1, l2, l3 = (lib.cd_cache_bytes(level) >> 10 for level in (1, 2, 3))
     isa = lib.cd_isa().decode() + (" + bf16 dot products" if lib.cd_has_avx512bf16() else "")
-    return f"cpu features: {isa}, {lib.cd_get_num_threads()} threads, L2 {l2} KiB, L3 {l3} KiB"
+    return f"cpu features: {isa}, {lib.cd_get_num_threads()} threads, L1d {l1} KiB, L2 {l2} KiB, L3 {l3} KiB"
 
 
 def error() -> Exception:

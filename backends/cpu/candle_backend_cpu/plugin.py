@@ -2,6 +2,9 @@
 
 from candle_api.hooks import BackendSpec, KernelSet, hookimpl
 
+#: BackendSpec.variants came with hook API 3: an older candle-api refuses this plugin by name.
+CANDLE_API_HOOK_VERSION = 3
+
 
 def _availability() -> tuple[bool, str]:
     from . import library
@@ -17,6 +20,19 @@ def _open(index: int):
     from .device import CpuDevice
 
     return CpuDevice()
+
+
+#: The instruction sets of the library, best first: each runs on a machine that runs the one before.
+ISAS = ("avx512", "avx2", "scalar")
+
+
+def _variants() -> dict:
+    """The instruction set in use and those below it, each selected by CANDLE_CPU_ISA."""
+    from . import library
+
+    current = library.load().cd_isa().decode()
+    below = ISAS[ISAS.index(current):] if current in ISAS else (current,)
+    return {isa: {"CANDLE_CPU_ISA": isa} for isa in below}
 
 
 def _details() -> str:
@@ -35,7 +51,8 @@ def candle_api_backends():
             device_count=lambda: 1,
             description="C kernels (libcandle_cpu)",
             details=_details,
-            contract_version=3,  # with the quantized and the panels rows
+            variants=_variants,
+            contract_version=3,  # with the quantized (2), recurrent layer, panels and int8 (3) rows
         )
     ]
 

@@ -28,7 +28,7 @@ class RefStorage:
     ``ptr`` (the host address, for DLPack export), and ``owner``: what keeps
     foreign memory alive, None for the backend's own."""
 
-    __slots__ = ("buf", "nbytes", "writable", "owner")
+    __slots__ = ("buf", "nbytes", "writable", "owner", "__weakref__")  # weak: the core's version counts
 
     def __init__(self, buf: np.ndarray, owner=None):
         self.buf = buf

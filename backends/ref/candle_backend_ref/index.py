@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from candle_api.errors import IndexOutOfRangeError
+from candle_api.errors import check_indices
 from candle_api.layout import Layout
 
 from .strided import load, store, view
@@ -16,13 +16,7 @@ from .strided import load, store, view
 
 def _indices(op: str, ids, lids: Layout, ids_dtype, size: int) -> np.ndarray:
     """The indices as int64, each checked to lie in [0, size)."""
-    values = view(ids, lids, ids_dtype).astype(np.int64)
-    bad = np.flatnonzero((values < 0) | (values >= size))
-    if bad.size:
-        pos = int(bad[0])
-        raise IndexOutOfRangeError(f"{op}: index {values.flat[pos]} (at position {pos}) is out of range for a "
-                                   f"dimension of size {size}")
-    return values
+    return check_indices(op, view(ids, lids, ids_dtype).astype(np.int64), size)
 
 
 def _along(rows: np.ndarray, dim: int) -> tuple:

@@ -34,6 +34,7 @@ def _quiet(kernel):
 
 
 def build_kernels() -> dict:
-    """{(op, dtype name): kernel} for the required rows."""
+    """{(op, dtype name): kernel} for the required rows (bool: their u8 kernels, through the core)."""
     return {(row.name, dtype): _quiet(MAKERS[row.name](get_dtype(dtype)))
-            for row in ROWS if row.required and row.since <= CONTRACT_VERSION for dtype in row.dtypes}
+            for row in ROWS if row.required and row.since <= CONTRACT_VERSION for dtype in row.dtypes
+            if dtype != "bool"}  # the core serves bool with the u8 kernels

@@ -10,13 +10,16 @@ import numpy as np
 import pytest
 
 import candle_api as c
+from candle_api import functional as F
 from candle_api.device import get_device
-from candle_api.dtype import get_dtype, u8, u32
+from candle_api.dtype import bool_, get_dtype, u8, u32
 from candle_api.errors import ArgumentError, DTypeError, KernelError, ShapeError
 from candle_api.ops.creation import from_array
 from candle_api.ops.shape import stack
+from candle_api.testing import reference as R
+from candle_api.testing.conformance import table_tests
 from candle_api.testing.opinfo import (
-    ALL, FLOATS, NONSCALAR, Index, OpInfo, Sample, cases, grad_cases, shape_for, simple, values,
+    ALL, FLOATS, NONSCALAR, Index, OpInfo, Sample, shape_for, simple, values,
 )
 
 GRAD_FREE = dict(grad=False)
@@ -232,7 +235,25 @@ def _floordiv_samples(rng, dtype, layout):
     return simple(2, -4, 4, (-20, 20), nonzero_last=True)(rng, dtype, layout)
 
 
+def _pool_ties(rng, dtype, layout):
+    """Pooling inputs from a few values (ties in most windows), NaNs among the floats."""
+    x = _ties(rng, dtype, layout, (0 if layout == "empty" else 2, 3, 6, 7)) if layout != "scalar" else None
+    if get_dtype(dtype).is_float:
+        x = np.where(np.isinf(x), 1.0, x).astype(x.dtype)  # -inf padding would tie with -inf values
+    return [Sample([x], dict(kernel=2, stride=2, padding=0)), Sample([x], dict(kernel=3, stride=1, padding=1)),
+            Sample([x], dict(kernel=(2, 3), stride=(1, 2), padding=(1, 1)))]
+
+
+def _pool_argmax_ref(x, kernel, stride, padding):
+    pair = lambda v: v if isinstance(v, tuple) else (v, v)  # noqa: E731
+    return R.pool2d_argmax(x, pair(kernel), pair(stride), pair(padding))
+
+
 OPS = [
+    OpInfo("max_pool2d_indices", lambda x, kernel, stride, padding: F.max_pool2d(x, kernel, stride, padding,
+                                                                                  return_indices=True)[1],
+           _pool_argmax_ref, tuple(d for d in ALL if d != "i64"), _pool_ties, NONSCALAR, out_dtype=_u32,
+           **GRAD_FREE),  # the dtypes of the max_pool2d kernel, which gives the values
     OpInfo("sort", lambda x, **k: x.sort(**k).values, _sorted_ref, ALL, _sort_samples(False)),
     OpInfo("sort_ties", lambda x, **k: c.sort(x, **k)[0], _sorted_ref, ALL, _sort_samples(True), **GRAD_FREE),
     OpInfo("sort_indices", lambda x, **k: x.sort(**k).indices, _order_ref, ALL, _sort_samples(True),
@@ -267,7 +288,7 @@ OPS = [
     OpInfo("isinf", lambda x: c.isinf(x), np.isinf, ALL, _special_samples, out_dtype=_u8),
     OpInfo("isfinite", lambda x: x.isfinite(), np.isfinite, ALL, _special_samples, out_dtype=_u8),
     OpInfo("isclose", lambda a, b, **k: a.isclose(b, **k), _isclose_ref, ALL, _isclose_samples, out_dtype=_u8),
-    OpInfo("bool", lambda x: x.bool(), lambda x: x != 0, ALL, _special_samples, out_dtype=_u8),
+    OpInfo("bool", lambda x: x.bool(), lambda x: x != 0, ALL, _special_samples, out_dtype=lambda _: bool_),
     OpInfo("roll", lambda x, shifts, dims: x.roll(shifts, dims), lambda x, shifts, dims: np.roll(x, shifts, dims), ALL,
            _roll_samples),
     OpInfo("unbind", lambda x, dim: stack(x.unbind(dim)[::-1], dim), lambda x, dim: np.flip(x, dim), ALL,
@@ -287,14 +308,7 @@ OPS = [
 ]
 
 
-@pytest.mark.parametrize("case", cases(OPS), ids=str)
-def test_op(candle_device, case):
-    case.check_against_reference(get_device(candle_device))
-
-
-@pytest.mark.parametrize("case", grad_cases(OPS), ids=str)
-def test_gradient(candle_device, case):
-    case.check_gradient(get_device(candle_device))
+test_op, test_gradient = table_tests(OPS)
 
 
 # ---- what the table does not cover -----------------------------------------------------------------------

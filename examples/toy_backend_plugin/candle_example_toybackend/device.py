@@ -18,7 +18,7 @@ from candle_api import DeviceError
 
 
 class ToyStorage:
-    __slots__ = ("buf", "nbytes", "writable")
+    __slots__ = ("buf", "nbytes", "writable", "__weakref__")
 
     def __init__(self, buf: bytearray):
         self.buf = buf

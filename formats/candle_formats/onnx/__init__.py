@@ -34,6 +34,9 @@ def _require_onnx(path) -> None:
 
 def _load(path, mmap: bool = True):
     _require_onnx(path)
+    import numpy as np
+
+    from candle_api import from_numpy
     from candle_api.io import TensorFile
 
     from .helpers import tensor_from_array
@@ -44,7 +47,8 @@ def _load(path, mmap: bool = True):
 
     def initializer(t):
         try:
-            return tensor_from_array(read(t), "cpu")
+            arr = read(t)  # BOOL loads as bool; the evaluator holds it as u8 internally
+            return from_numpy(arr) if arr.dtype == np.bool_ else tensor_from_array(arr, "cpu")
         except DTypeError as exc:  # an element type candle-api cannot hold: complex, strings...
             raise FormatError(path, None, f"initializer {t.name!r}: {exc}") from None
 

@@ -105,17 +105,3 @@ def narrow_to(x, shape):
 def float_type(t):
     """The float dtype to compute t in: its own, or f32 for integers."""
     return t.dtype if t.dtype.is_float else c.f32
-
-
-def bit_and(a, b, bits: int):
-    """a & b for integers of ``bits`` bits (two's complement when the
-    storage is signed), summed one bit plane at a time."""
-    out = None
-    for k in range(bits):
-        if a.dtype.is_signed and k == bits - 1:  # the sign bit weighs -2**k
-            term = ((a < 0) * (b < 0)).to_dtype(a.dtype) * -(2 ** k)
-        else:
-            p = 2 ** k
-            term = (floor_div(a, p) % 2) * (floor_div(b, p) % 2) * p
-        out = term if out is None else out + term
-    return out

@@ -7,8 +7,9 @@ from functools import reduce
 
 import candle_api as c
 from candle_api.ops import elementwise as ew
+from candle_api.ops.logical import bit_and
 
-from .helpers import bit_and, bool_, const, floor_div, full, ints, scalar
+from .helpers import bool_, const, floor_div, full, ints, scalar
 from .ops_cast import wrap_int
 from .packing import Panels, matmul_any, pack_matmul
 from .registry import op
@@ -141,7 +142,7 @@ def clip(node, x, lo=None, hi=None):
     return x
 
 
-# ---- bitwise (composed from integer arithmetic: candle-api has no bit kernels) ---------------
+# ---- bitwise (candle_api's bit_and sums bit planes: there are no bit kernels) -----------------
 def _bits(node, x) -> int:
     return node.in_type(0, x).np.itemsize * 8
 

@@ -109,8 +109,6 @@ def _load(args):
     """The chat model, its tokenizer and the embedder; None for a kind turned off with 'none'."""
     from .. import causal_lm
     from ..hub import default_model
-    from ..llama import MODEL_TYPES as LLAMA_TYPES
-    from ..llama import LlamaForCausalLM
     from ..progress import Progress
     from ..sentence import SentenceEmbedder
     from ..tokenizer import Tokenizer
@@ -118,16 +116,16 @@ def _load(args):
     chat = embedder = tokenizer = None
     if args.model != "none":
         chat_path = args.model if args.model is not None else default_model("generate")
-        family = causal_lm.family(chat_path)
-        if family is not LlamaForCausalLM:  # the batched decoding (BatchKVCache) is the Llama family's
-            raise ArgumentError(f"{chat_path}: candle serve batches Llama-family chat models "
-                                f"({', '.join(LLAMA_TYPES)}); {family.__name__} runs with candle generate")
+        family = causal_lm.family(chat_path)  # every causal LM family decodes in a batch cache
+        if family in causal_lm.TEXT2TEXT.values():
+            raise ArgumentError(f"{chat_path} is a {family.__name__}, an encoder-decoder: candle serve batches "
+                                "causal LMs only (run it with candle generate)")
         with Progress(0, "loading the chat model") as progress:
             tokenizer = Tokenizer.from_pretrained(chat_path)
-            chat = LlamaForCausalLM.from_pretrained(chat_path, dtype=args.dtype, device=args.device,
-                                                    progress=progress)
-        if tokenizer.chat_template is None:
-            raise ArgumentError(f"{chat_path}: the model has no chat template, which /v1/chat/completions needs")
+            chat = family.from_pretrained(chat_path, dtype=args.dtype, device=args.device, progress=progress)
+        if tokenizer.chat_template is None:  # a base model (GPT-2, Falcon): completions only
+            print(f"candle serve: note: {chat_path} has no chat template: /v1/chat/completions answers 400, "
+                  "/v1/completions serves it", file=sys.stderr, flush=True)
     if args.embedding_model != "none":
         embed_path = args.embedding_model if args.embedding_model is not None else default_model("embed")
         embedder = SentenceEmbedder.from_pretrained(embed_path, device=args.device, progress=True)

@@ -2,7 +2,7 @@
 
 Generations are batched continuously: each request is prefilled alone, then
 joins the running batch, whose sequences advance one token per forward
-(``LlamaForCausalLM`` with a ``BatchKVCache``); a request leaves between
+(a causal LM of any family candle_models runs, with a ``BatchKVCache``); a request leaves between
 steps when it ends or is cancelled, and a waiting one takes its row.
 Embedding requests that arrive within a few milliseconds of each other are
 embedded together, between decoding steps.

@@ -5,7 +5,7 @@ A case writes one file (a valid one 15% of the time), loads it with
 back what was written (values, dtypes by the documented widening rule,
 metadata), and raise nothing; a mutant must load or raise FormatError (a
 candle error, where the ONNX evaluator also plans the model). Case ``index`` is of
-format ``index % 6``, so every quick run covers each format evenly."""
+format ``index % 7``, so every quick run covers each format evenly."""
 
 from __future__ import annotations
 
@@ -16,16 +16,15 @@ from candle_api.errors import FormatError
 from candle_api.quantized import QTensor
 
 from ..case import Case
-from ..files import Expected, gguf, numpy, onnx, safetensors, special, torch
+from ..files import Expected, ctranslate2, gguf, numpy, onnx, safetensors, special, torch
 
-BUILDERS = [safetensors, numpy, gguf, torch, onnx]
+BUILDERS = [safetensors, numpy, gguf, torch, onnx, ctranslate2]
 
 
 def loaded_dtype(dtype) -> np.dtype:
     """The numpy dtype of the tensor a stored dtype loads as (docs: candle_formats.safetensors)."""
     dtype = np.dtype(dtype).newbyteorder("=")
-    widened = {np.dtype(np.int8): np.int16, np.dtype(np.uint16): np.uint32, np.dtype(np.uint64): np.int64,
-               np.dtype(np.bool_): np.uint8}
+    widened = {np.dtype(np.int8): np.int16, np.dtype(np.uint16): np.uint32, np.dtype(np.uint64): np.int64}
     if dtype in widened:
         return np.dtype(widened[dtype])
     if dtype.itemsize == 1 and dtype.kind in "fV":  # the float8 types

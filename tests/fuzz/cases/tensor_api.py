@@ -525,11 +525,11 @@ def creation(rng) -> Trial:
 
 
 def _inferred(data: list):
-    """Tensor(data)'s dtype: floats f32; ints u32 when they fit, else i64; bools u8."""
+    """Tensor(data)'s dtype: floats f32; ints u32 when they fit, else i64; bools bool."""
     if any(isinstance(v, float) for v in data) or not data:
         return "f32"
     if all(isinstance(v, bool) for v in data):
-        return "u8"
+        return "bool"
     if all(0 <= v < 2**32 for v in data):
         return "u32"
     return "i64" if all(-(2**63) <= v < 2**63 for v in data) else None

@@ -10,7 +10,8 @@ and one ctypes call.
 
 A family module's ``makers(lib)`` maps each kernel name it implements to the
 factory of its closure for one dtype (None where the library has no kernel for
-that dtype); the dtypes come from the kernel's row of the contract.
+that dtype); the dtypes come from the kernel's row of the contract. bool has no
+kernels of its own here: the core serves it with the u8 ones (same bytes).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from candle_api.contract import BY_NAME
 from candle_api.dtype import get_dtype
 
 from .. import library
-from . import conv, elementwise, fused, index, int8, matmul, memory, optim, panels, quantized, reduce
+from . import conv, elementwise, fused, index, int8, matmul, memory, optim, panels, quantized, reduce, rnn
 
-FAMILIES = (elementwise, memory, reduce, matmul, index, conv, fused, optim, quantized, panels, int8)
+FAMILIES = (elementwise, memory, reduce, matmul, index, conv, fused, optim, quantized, rnn, panels, int8)
 
 
 def build_kernels() -> dict:
@@ -30,6 +31,8 @@ def build_kernels() -> dict:
     for family in FAMILIES:
         for name, make in family.makers(lib).items():
             for dtype in BY_NAME[name].dtypes:
+                if dtype == "bool":
+                    continue
                 kernel = make(get_dtype(dtype))
                 if kernel is not None:
                     kernels[(name, dtype)] = kernel

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from candle_api.dtype import ALL_DTYPES
+from candle_api.dtype import NUMERIC_DTYPES
 
 from .. import library
 from ..library import BINARY_FN, PARAM_FN, UNARY_FN, error
@@ -79,7 +79,7 @@ def cast(lib, src):
     """k(out, x, lx, dst_dtype), keyed by the source dtype: a contiguous loop per destination."""
     isz = src.itemsize
     strided = lib.cd_cast_strided
-    contig = {dst: UNARY_FN(lib.cd_cast_kernel(src.code, dst.code)) for dst in ALL_DTYPES}
+    contig = {dst: UNARY_FN(lib.cd_cast_kernel(src.code, dst.code)) for dst in NUMERIC_DTYPES}
 
     def kernel(out, x, lx, dst):
         if lx.contiguous:

@@ -109,7 +109,7 @@ CD_API const char *cd_isa(void);
 /* 1 when the AVX-512 set is in use and the CPU has AVX512-BF16: bf16 x bf16
  * products then run on its dot-product instruction. */
 CD_API int cd_has_avx512bf16(void);
-/* Bytes of the level-2 or level-3 data cache, as the GEMM blocking sees it. */
+/* Bytes of the level-1, 2 or 3 data cache, as the GEMM blocking sees it. */
 CD_API int64_t cd_cache_bytes(int32_t level);
 /* 64-byte aligned; large blocks are cached for reuse. NULL + error when out of memory. */
 CD_API void *cd_alloc(int64_t nbytes);
@@ -234,6 +234,18 @@ CD_API int cd_sgd(int32_t dtype, int64_t n, void *p, const void *g, void *m, con
  * two matrix strides]. mask is NULL, u8 (0 hides a key) or additive of dtype. */
 CD_API int cd_sdpa(int32_t dtype, const int64_t *desc, const void *q, const void *k, const void *v,
                    const void *mask, int32_t mask_dtype, void *out, double scale);
+/* One recurrent layer (cell 0 = LSTM, 1 = GRU) in one direction over every time
+ * step (kernels/rnn.c). desc = [T, B, H, I, x strides (3), w_ih strides (2),
+ * w_hh strides (2), h0 strides (2), c0 strides (2), b_ih, b_hh and peep
+ * strides, reverse, onnx gate order, input_forget, linear_before_reset].
+ * x (T, B, I) is the input, w_ih (G * H, I) and w_hh (G * H, H) the weights,
+ * G = 4 (LSTM) or 3 (GRU); b_ih, b_hh (G * H), peep (3 * H, LSTM) may be
+ * NULL, c0 is ignored for GRU; lens (B, int64) or NULL. out (T + 2, B, H) for
+ * LSTM (steps, final h, final c), (T + 1, B, H) for GRU, contiguous. clip > 0
+ * clips every gate's input to [-clip, clip]. */
+CD_API int cd_rnn(int32_t dtype, int32_t cell, const int64_t *desc, const void *x, const void *w_ih, const void *w_hh,
+                  const void *b_ih, const void *b_hh, const void *h0, const void *c0, const void *peep,
+                  const int64_t *lens, void *out, double clip);
 
 /* ---- products with weights packed once (kernels/panels.c) -------------- */
 /* out (batch, ceil(rows / 16), depth, 16) f32: each of the batch's rows x depth

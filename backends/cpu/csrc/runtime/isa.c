@@ -50,7 +50,7 @@ const char *cd_isa(void) { return cd_ops.name; }
 
 int cd_has_avx512bf16(void) { return cd_ops.bf16_dot; }
 
-/* The kernel's view of cpu0's caches (0 when unknown). Preferred over
+/* The kernel's view of cpu0's data caches (0 when unknown). Preferred over
  * sysconf, which under some hypervisors reports the L3 of a whole package. */
 static int64_t sysfs_cache_bytes(int level) {
     char path[96], text[32];
@@ -61,6 +61,12 @@ static int64_t sysfs_cache_bytes(int level) {
         int lvl = 0, got = fscanf(f, "%d", &lvl) == 1;
         fclose(f);
         if (!got || lvl != level) continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", index);
+        if ((f = fopen(path, "r"))) { /* level 1 lists the instruction cache too */
+            got = fgets(text, sizeof text, f) && strncmp(text, "Instruction", 11) != 0;
+            fclose(f);
+            if (!got) continue;
+        }
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
         if (!(f = fopen(path, "r"))) continue;
         long kib = 0;
@@ -75,6 +81,7 @@ static int64_t sysfs_cache_bytes(int level) {
 int64_t cd_cache_bytes(int32_t level) {
     int64_t s = sysfs_cache_bytes(level);
     if (s > 0) return s;
-    long v = sysconf(level == 2 ? _SC_LEVEL2_CACHE_SIZE : _SC_LEVEL3_CACHE_SIZE);
-    return v > 0 ? v : level == 2 ? 512 * 1024 : 8 * 1024 * 1024;
+    const int name = level == 1 ? _SC_LEVEL1_DCACHE_SIZE : level == 2 ? _SC_LEVEL2_CACHE_SIZE : _SC_LEVEL3_CACHE_SIZE;
+    long v = sysconf(name);
+    return v > 0 ? v : level == 1 ? 32 * 1024 : level == 2 ? 512 * 1024 : 8 * 1024 * 1024;
 }

@@ -17,12 +17,31 @@
 typedef int cd_gemm_fn(int32_t dtype, int64_t m, int64_t n, int64_t k, const void *a, int64_t ars, int64_t acs,
                        const void *b, int64_t brs, int64_t bcs, void *c, int64_t ldc);
 typedef void (*cd_half_to_f32)(int64_t n, const uint16_t *src, float *dst);
+
+/* Products against a right-hand matrix packed once and used many times (an
+ * RNN's recurrent weights, at every time step): B packed whole into panels of
+ * `width` columns, then C = A @ one panel at a time on the calling thread, with
+ * the GEMM's own microkernel (templates/gemm_impl.h). ct is the compute dtype:
+ * f32 (for f32, bf16 and f16 sources) or f64. */
+typedef struct {
+    int (*width)(int32_t ct);  /* columns per B panel */
+    int (*height)(int32_t ct); /* rows per packed A panel */
+    /* B (k x n of dtype, any strides) to ceil(n / width) panels of k x width ct values, zeros past n */
+    void (*pack_b)(int32_t dtype, int64_t k, int64_t n, const void *b, int64_t brs, int64_t bcs, void *dst);
+    /* A (m x k of ct, rows lda apart) to ceil(m / height) panels of height x k ct values */
+    void (*pack_a)(int32_t ct, int64_t m, int64_t k, const void *a, int64_t lda, void *dst);
+    /* C_q (m x nr, rows ldc apart, at c + q * cstride ct values) = packed A @ panel q, for count
+     * consecutive panels from `panels`, nr <= width */
+    void (*product)(int32_t ct, int64_t m, int64_t k, const void *apack, const void *panels, int count, int nr,
+                    void *c, int64_t ldc, int64_t cstride);
+} cd_panel_ops;
 typedef void (*cd_f32_to_half)(int64_t n, const float *src, uint16_t *dst);
 
 typedef struct {
     const char *name;   /* what cd_isa() reports */
     int bf16_dot;       /* bf16 x bf16 products run on AVX512-BF16 dot products */
     cd_gemm_fn *gemm;
+    const cd_panel_ops *panels;
     /* Contiguous f32 loops of unary ops; NULL: elementwise.c's portable loop. */
     cd_unary_fn unary_f32[CD_UNARY_COUNT];
     /* Block conversions between f32 and the half dtypes. */
@@ -69,6 +88,7 @@ typedef struct {
 /* arch/generic: every entry, in portable C. */
 void cd_isa_fill_generic(cd_isa_ops *ops);
 cd_gemm_fn cd_gemm_generic;
+extern const cd_panel_ops cd_gemm_generic_panels;
 void cd_qdot_generic(cd_isa_ops *ops);
 void cd_panels_generic(cd_isa_ops *ops);
 

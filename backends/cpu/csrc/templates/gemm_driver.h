@@ -7,12 +7,13 @@
  *                          or pairs of bf16 along k (uint32_t)
  *   DRIVER_KS              k steps per panel element (1, or 2 for pairs)
  *   DRIVER_MR, DRIVER_NR   the register tile
- *   DRIVER_KC              the depth of a K slice
+ *   DRIVER_KC              the deepest K slice (evaluated once, at run time)
  *   DRIVER_MICRO(...)      the microkernel over packed panels (micro_f32)
  *   DRIVER_ROWS(...)       the microkernel over rows of A read in place
  *
  * and gemm_impl.h defines before it the thread buffers, the blocking and the
- * split model (blocking, use_in_place, split_rows_cheaper, task_range). */
+ * split model (blocking, k_slice, use_in_place, split_rows_cheaper, row_tasks,
+ * task_range). */
 #define DRIVER_CAT_(a, b) a##b
 #define DRIVER_CAT(a, b) DRIVER_CAT_(a, b)
 #define NAMED(prefix) DRIVER_CAT(prefix, DRIVER_NAME)
@@ -112,11 +113,29 @@ static pthread_once_t NAMED(blk_once_) = PTHREAD_ONCE_INIT;
 static blocking NAMED(blk_);
 static void NAMED(size_)(void) { NAMED(blk_) = size_blocks(sizeof(P), MR, NR, KC / KS); }
 
+/* How the tasks share one block of C: the split (rows or columns) and the task counts. */
+static void NAMED(plan_)(NAMED(drv_) *d) {
+    const int64_t mpanels = (d->m + MR - 1) / MR, npanels = (d->nc + NR - 1) / NR;
+    const int64_t tasks = CD_MAX(1, CD_MIN(cd_num_threads(), d->m * d->nc * d->kc / (1 << 17)));
+    /* (pairs of bf16 are never in the source: they are always packed) */
+    use_in_place(d->blk.in_place, KS == 1 ? (int64_t)sizeof(P) : 0, d->isz, MR, d->m, d->kc, d->ars, d->acs,
+                 d->brs, d->bcs, &d->direct_a, &d->direct_b);
+    const double pack_a = d->direct_a                             ? 0
+                          : d->m * d->kc * d->isz <= d->blk.a_near ? PACK_NEAR
+                                                                   : PACK_FAR;
+    d->split_rows = split_rows_cheaper(d->m, MR, tasks, mpanels, npanels, pack_a,
+                                       d->own_panels && !d->direct_b ? PACK_NEAR : 0);
+    d->ntasks = CD_MAX(1, CD_MIN(tasks, d->split_rows ? mpanels : npanels));
+    if (d->split_rows && d->ntasks > 1)
+        d->ntasks = row_tasks(mpanels, d->direct_a ? mpanels : d->blk.mc / MR, d->ntasks);
+    d->pack_tasks = CD_MAX(1, CD_MIN(d->ntasks, npanels));
+}
+
 static int NAMED(blocked_)(NAMED(drv_) *d, int64_t n, int64_t k) {
     pthread_once(&NAMED(blk_once_), NAMED(size_));
-    const int64_t NC = NAMED(blk_).nc;
     d->blk = NAMED(blk_);
-    int64_t kc_max = CD_MIN(KC, k), nc_max = CD_MIN(NC, (n + NR - 1) / NR * NR);
+    const int64_t NC = d->blk.nc, kc_max = k_slice(k, d->blk.kc * KS, 8);
+    const int64_t nc_max = CD_MIN(NC, (n + NR - 1) / NR * NR);
     /* Rows that fit one MC block use each B panel once: packed by the task that uses it, it
      * stays in L1 instead of going to memory and back (the small-M products of short batches). */
     d->own_panels = d->m <= d->blk.mc;
@@ -126,21 +145,9 @@ static int NAMED(blocked_)(NAMED(drv_) *d, int64_t n, int64_t k) {
     int rc = 0;
     for (d->j0 = 0; d->j0 < n && rc == 0; d->j0 += NC) {
         d->nc = CD_MIN(NC, n - d->j0);
-        for (d->p0 = 0; d->p0 < k && rc == 0; d->p0 += KC) {
-            d->kc = CD_MIN(KC, k - d->p0);
-            int64_t mpanels = (d->m + MR - 1) / MR, npanels = (d->nc + NR - 1) / NR;
-            int64_t work = d->m * d->nc * d->kc;
-            int64_t tasks = CD_MAX(1, CD_MIN(cd_num_threads(), work / (1 << 17)));
-            /* (pairs of bf16 are never in the source: they are always packed) */
-            use_in_place(d->blk.in_place, KS == 1 ? (int64_t)sizeof(P) : 0, d->isz, MR, d->m, d->kc,
-                         d->ars, d->acs, d->brs, d->bcs, &d->direct_a, &d->direct_b);
-            const double pack_a = d->direct_a                             ? 0
-                                  : d->m * d->kc * d->isz <= d->blk.a_near ? PACK_NEAR
-                                                                           : PACK_FAR;
-            d->split_rows = split_rows_cheaper(d->m, MR, tasks, mpanels, npanels, pack_a,
-                                               d->own_panels && !d->direct_b ? PACK_NEAR : 0);
-            d->ntasks = CD_MAX(1, CD_MIN(tasks, d->split_rows ? mpanels : npanels));
-            d->pack_tasks = CD_MAX(1, CD_MIN(d->ntasks, npanels));
+        for (d->p0 = 0; d->p0 < k && rc == 0; d->p0 += kc_max) {
+            d->kc = CD_MIN(kc_max, k - d->p0);
+            NAMED(plan_)(d);
             if (!d->own_panels && !d->direct_b)
                 rc = cd_parallel_for(d->pack_tasks, 1, NAMED(packb_task_), d);
             if (rc == 0) rc = cd_parallel_for(d->ntasks, 1, NAMED(compute_task_), d);

@@ -5,16 +5,20 @@
  *   GEMM_ENTRY            the cd_gemm_fn to define (cd_gemm_avx512...)
  *   F32_MR, F32_NR        the f32 register tile, and micro_f32()
  *   F64_MR, F64_NR        the f64 register tile, and micro_f64()
- *   F32_KC, F64_KC        the depth of a K slice
+ *   F32_KC, F64_KC        the deepest K slice (an expression, evaluated once)
  *   micro_f32_rows(), micro_f64_rows()  full-height tiles with A read in place
  *   GEMM_BF16_DOT         (optional) micro_bf16() and the pair packers of the
  *                         bf16 dot-product path
+ *   GEMM_A_L2_SHARE       (optional, default 6) the part of L2 an A block takes
  *
  * MC and NC are sized at run time from this CPU's caches (cd_cache_bytes):
- * an MC x KC block of A takes a sixth of L2, leaving room for the B micro-
- * panels streaming through it and for C; a KC x NC block of B takes an eighth
- * of L3. A sweep on Zen 4 (1 MiB L2) found the deepest KC that keeps these
- * blocks in their caches fastest (KC 1024, MC 42 for f32): fewer passes over C.
+ * an MC x KC block of A takes a sixth of L2 (GEMM_A_L2_SHARE), leaving room
+ * for the B micro-panels streaming through it and for C; a KC x NC block of B takes an eighth
+ * of L3. KC is the instruction set's: for AVX-512, a sweep on Zen 4 (1 MiB
+ * L2) found the deepest that keeps these blocks in their caches fastest
+ * (KC 1024, MC 42 for f32): fewer passes over C; AVX2's smaller tile keeps
+ * its B micro-panel in L1d, whose size sets KC (gemm_avx2.c). K is cut into
+ * slices of equal depth up to KC (k_slice).
  *
  * micro_T(kc, a_panel, b_panel, ldb, c, ldc, mr, nr, accumulate) computes an
  * mr x nr (<= MR x NR) tile of C = (accumulate ? C : 0) + A_panel @ B_panel,
@@ -23,7 +27,9 @@
  * Blocking follows BLIS: for each NC-wide block of columns and KC-deep slice
  * of K, B is packed into NR-wide panels (shared by all threads); each thread
  * then packs MC-row blocks of A into MR-row panels and runs the microkernel
- * over its share of the tiles (templates/gemm_driver.h). When all rows fit
+ * over its share of the tiles (templates/gemm_driver.h); a row split deals
+ * out at least one task per MC block, so a thread the OS keeps waiting
+ * leaves its blocks to the others. When all rows fit
  * one MC block, each B panel is used once, so each task packs the panels it
  * uses just before using them.
  * Small operands skip packing (use_in_place). Threads split M or N, never K,
@@ -154,14 +160,68 @@ static void pack_b_float_f32(const float *b, int64_t rs, int64_t cs, int64_t kc,
         pack_b_float_f32_any(b, rs, cs, kc, nc, dst);
         return;
     }
-    for (int64_t j = 0; j < nc; j += F32_NR, dst += F32_NR * kc) {
-        int nr = (int)CD_MIN(F32_NR, nc - j);
-        if (cs == 1) copy_rows(b + j, rs, kc, nr, F32_NR, dst);
-        else tpack_f32(b + j * cs, cs, nr, kc, F32_NR, dst);
+    if (cs == 1) {
+        /* 8 rows at a time across all panels: the reads run along B's rows, not down its columns. */
+        for (int64_t p0 = 0; p0 < kc; p0 += 8)
+            for (int64_t j = 0; j < nc; j += F32_NR)
+                copy_rows(b + p0 * rs + j, rs, CD_MIN(8, kc - p0), (int)CD_MIN(F32_NR, nc - j), F32_NR,
+                          dst + j * kc + p0 * F32_NR);
+        return;
+    }
+    for (int64_t j = 0; j < nc; j += F32_NR, dst += F32_NR * kc)
+        tpack_f32(b + j * cs, cs, (int)CD_MIN(F32_NR, nc - j), kc, F32_NR, dst);
+}
+GEN_PACK(float, F32_MR, F32_NR, bf16_any, uint16_t, cd_bf16_to_f32)
+GEN_PACK(float, F32_MR, F32_NR, f16_any, uint16_t, cd_f16_to_f32)
+
+/* Half-precision panels: runs along the source's contiguous dimension widened
+ * to f32 by the instruction set's block converter (cd_ops), a small block at a
+ * time, then packed as f32 ones (the element-wise loops above serve the other
+ * strides). HALF_RUN: k per block; HALF_COLS: B columns per block. */
+enum { HALF_RUN = 64, HALF_COLS = 256 };
+/* Panels W wide from `count` rows of the source, each contiguous along k and
+ * ld apart (A's rows; B's columns when B is a transposed Linear weight). */
+static void pack_half_panels(const uint16_t *src, int64_t ld, int64_t count, int64_t kc, int W, float *dst,
+                             cd_half_to_f32 widen) {
+    float tmp[(CD_MAX(F32_MR, F32_NR) + 7) / 8 * 8 * HALF_RUN]; /* whole 8-row blocks, as tpack_f32 reads */
+    for (int64_t i = 0; i < count; i += W, dst += W * kc) {
+        const int w = (int)CD_MIN(W, count - i);
+        for (int64_t p0 = 0; p0 < kc; p0 += HALF_RUN) {
+            const int64_t len = CD_MIN(HALF_RUN, kc - p0);
+            for (int r = 0; r < w; r++) widen(len, src + (i + r) * ld + p0, tmp + r * HALF_RUN);
+            tpack_f32(tmp, HALF_RUN, w, len, W, dst + p0 * W);
+        }
     }
 }
-GEN_PACK(float, F32_MR, F32_NR, bf16, uint16_t, cd_bf16_to_f32)
-GEN_PACK(float, F32_MR, F32_NR, f16, uint16_t, cd_f16_to_f32)
+
+/* B's rows contiguous: 8 rows at a time across the panels, as pack_b_float_f32. */
+static void pack_b_half_rows(const uint16_t *b, int64_t rs, int64_t kc, int64_t nc, float *dst, cd_half_to_f32 widen) {
+    float tmp[8 * HALF_COLS];
+    for (int64_t p0 = 0; p0 < kc; p0 += 8) {
+        const int64_t rows = CD_MIN(8, kc - p0);
+        for (int64_t j0 = 0; j0 < nc; j0 += HALF_COLS) {
+            const int64_t cols = CD_MIN(HALF_COLS, nc - j0);
+            for (int64_t r = 0; r < rows; r++) widen(cols, b + (p0 + r) * rs + j0, tmp + r * HALF_COLS);
+            for (int64_t j = j0; j < j0 + cols; j += F32_NR)
+                copy_rows(tmp + (j - j0), HALF_COLS, rows, (int)CD_MIN(F32_NR, nc - j), F32_NR, dst + j * kc + p0 * F32_NR);
+        }
+    }
+}
+
+#define GEN_HALF_PACK(SRC)                                                                              \
+    static void pack_a_float_##SRC(const uint16_t *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc,  \
+                                   float *dst) {                                                       \
+        if (cs == 1) pack_half_panels(a, rs, mc, kc, F32_MR, dst, cd_ops.SRC##_to_f32);               \
+        else pack_a_float_##SRC##_any(a, rs, cs, mc, kc, dst);                                         \
+    }                                                                                                  \
+    static void pack_b_float_##SRC(const uint16_t *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc,  \
+                                   float *dst) {                                                       \
+        if (cs == 1) pack_b_half_rows(b, rs, kc, nc, dst, cd_ops.SRC##_to_f32);                        \
+        else if (rs == 1) pack_half_panels(b, cs, nc, kc, F32_NR, dst, cd_ops.SRC##_to_f32);          \
+        else pack_b_float_##SRC##_any(b, rs, cs, kc, nc, dst);                                         \
+    }
+GEN_HALF_PACK(bf16)
+GEN_HALF_PACK(f16)
 GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
 
 /* ---- GEMV: a single row or column ----------------------------------------------
@@ -383,14 +443,37 @@ static int try_gemv(int esz, int64_t m, int64_t n, int64_t k, const char *a, int
 
 /* ---- the blocked driver ------------------------------------------------------------ */
 typedef struct {
-    int64_t mc, nc;
-    int64_t in_place; /* bytes an operand read in place may span (use_in_place) */
-    int64_t a_near;   /* bytes of A whose packing reads from L2 (split_rows_cheaper) */
+    int64_t kc, mc, nc; /* the deepest K slice, the rows of an A block, the columns of a B block */
+    int64_t in_place;   /* bytes an operand read in place may span (use_in_place) */
+    int64_t a_near;     /* bytes of A whose packing reads from L2 (split_rows_cheaper) */
 } blocking;
 
+#ifndef GEMM_A_L2_SHARE
+#define GEMM_A_L2_SHARE 6
+#endif
 static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
-    int64_t l2 = cd_cache_bytes(2), mc = l2 / 6 / (kc * esz) / mr * mr, nc = cd_cache_bytes(3) / 8 / (kc * esz) / nr * nr;
-    return (blocking){CD_MAX(mr, CD_MIN(mc, 32 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr)), l2 / 8, l2 / 2};
+    int64_t l2 = cd_cache_bytes(2), mc = l2 / GEMM_A_L2_SHARE / (kc * esz) / mr * mr;
+    int64_t nc = cd_cache_bytes(3) / 8 / (kc * esz) / nr * nr;
+    return (blocking){kc, CD_MAX(mr, CD_MIN(mc, 64 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr)), l2 / 8, l2 / 2};
+}
+
+/* The depth of K slices: K cut into as few slices as kc_max allows, of equal
+ * depth (a multiple of `step`, the last shorter): 300 deep with kc_max 256
+ * runs as 152 + 148, not 256 + 44, whose shallow tiles would spend as long
+ * loading and storing C as multiplying. It depends on k alone, so every
+ * element of C sums its products in the same order whatever the threads. */
+static int64_t k_slice(int64_t k, int64_t kc_max, int64_t step) {
+    const int64_t slices = (k + kc_max - 1) / kc_max, even = (k + slices - 1) / slices;
+    return CD_MIN(kc_max, (even + step - 1) / step * step);
+}
+
+/* Tasks for a row split of mpanels row panels on `tasks` threads: at least
+ * one per A block (mc_panels panels), and a multiple of the threads so that
+ * equal shares stay equal. The pool deals tasks to whichever thread is free,
+ * so a thread that the OS keeps waiting leaves its share to the others. */
+static int64_t row_tasks(int64_t mpanels, int64_t mc_panels, int64_t tasks) {
+    const int64_t blocks = (mpanels + mc_panels - 1) / mc_panels;
+    return CD_MIN(mpanels, (CD_MAX(blocks, tasks) + tasks - 1) / tasks * tasks);
 }
 
 /* Packing copies an operand into panels the microkernel streams. A small
@@ -525,3 +608,100 @@ int GEMM_ENTRY(int32_t dtype, int64_t m, int64_t n, int64_t k, const void *a, in
     }
     return blocked_float(&d, n, k);
 }
+
+/* ---- products against panels packed once (cd_panel_ops in runtime/isa.h) -------------
+ * K runs in one slice whatever its depth: each element of C is the same
+ * sequence of fused multiply-adds whichever panels or rows a caller's task
+ * takes, and a caller packs its B once for many products. */
+static int panel_width(int32_t ct) { return ct == CD_f64 ? F64_NR : F32_NR; }
+static int panel_height(int32_t ct) { return ct == CD_f64 ? F64_MR : F32_MR; }
+
+static void pack_panels(int32_t dtype, int64_t k, int64_t n, const void *b, int64_t brs, int64_t bcs, void *dst) {
+    switch (dtype) {
+    case CD_f64: pack_b_double_f64(b, brs, bcs, k, n, dst); break;
+    case CD_bf16: pack_b_float_bf16(b, brs, bcs, k, n, dst); break;
+    case CD_f16: pack_b_float_f16(b, brs, bcs, k, n, dst); break;
+    default: pack_b_float_f32(b, brs, bcs, k, n, dst); break;
+    }
+}
+
+/* The first row of A's row panel p of P = ceil(m / mr), each packed mr wide:
+ * mr rows a panel, but a last panel of one or two rows (whose microkernel
+ * waits on the latency of its few accumulators) shares the rows of the one
+ * before it: 16 rows run as 8 + 8, not 14 + 2. */
+static int64_t panel_row(int64_t m, int64_t mr, int64_t p) {
+    const int64_t panels = (m + mr - 1) / mr, last = m - (panels - 1) * mr;
+    if (p >= panels) return m;
+    if (panels < 2 || last > 2 || p < panels - 1) return p * mr;
+    return (panels - 2) * mr + (mr + last + 1) / 2;
+}
+
+static void pack_rows(int32_t ct, int64_t m, int64_t k, const void *a, int64_t lda, void *dst) {
+    const int64_t mr = panel_height(ct), esz = ct == CD_f64 ? 8 : 4;
+    for (int64_t p = 0, r0 = 0, r1; r0 < m; p++, r0 = r1) {
+        r1 = panel_row(m, mr, p + 1);
+        const char *src = (const char *)a + r0 * lda * esz;
+        char *out = (char *)dst + p * mr * k * esz;
+        if (ct == CD_f64) pack_a_double_f64((const double *)src, lda, 1, r1 - r0, k, (double *)out);
+        else pack_a_float_f32((const float *)src, lda, 1, r1 - r0, k, (float *)out);
+    }
+}
+
+/* One row of A (element p at a[p * as]) times NQ panels at once: a row and
+ * one panel give the microkernel only two accumulator chains, each waiting
+ * on the latency of the last multiply-add; NQ panels give it 2 NQ. */
+#define GEN_ROW_PANELS(T, NR)                                                                              \
+    static inline __attribute__((always_inline)) void row_panels_##T(                                     \
+        const int NQ, int64_t k, const T *restrict a, int64_t as, const T *restrict b, int64_t bstride,    \
+        int nr, T *restrict c, int64_t cstride) {                                                          \
+        T acc[4][NR];                                                                                      \
+        for (int q = 0; q < NQ; q++)                                                                       \
+            for (int j = 0; j < NR; j++) acc[q][j] = 0;                                                    \
+        for (int64_t p = 0; p < k; p++) {                                                                  \
+            const T ap = a[p * as];                                                                        \
+            for (int q = 0; q < NQ; q++)                                                                   \
+                for (int j = 0; j < NR; j++) acc[q][j] += ap * b[q * bstride + p * NR + j];                \
+        }                                                                                                  \
+        for (int q = 0; q < NQ; q++) memcpy(c + q * cstride, acc[q], (size_t)nr * sizeof(T));              \
+    }                                                                                                      \
+    static void row_product_##T(int64_t k, const T *a, int64_t as, const T *b, int count, int nr, T *c,     \
+                                int64_t cstride) {                                                         \
+        const int64_t bs = k * NR;                                                                         \
+        int q = 0;                                                                                         \
+        for (; q + 4 <= count; q += 4) row_panels_##T(4, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride); \
+        switch (count - q) {                                                                               \
+        case 3: row_panels_##T(3, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride); break;          \
+        case 2: row_panels_##T(2, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride); break;          \
+        case 1: row_panels_##T(1, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride); break;          \
+        default: break;                                                                                    \
+        }                                                                                                  \
+    }
+GEN_ROW_PANELS(float, F32_NR)
+GEN_ROW_PANELS(double, F64_NR)
+
+/* C_q (m x nr, rows ldc apart, at c + q * cstride) = packed A @ panel q for count consecutive panels. */
+static void panel_product(int32_t ct, int64_t m, int64_t k, const void *apack, const void *panels, int count, int nr,
+                          void *c, int64_t ldc, int64_t cstride) {
+    const int64_t mr = panel_height(ct), bs = k * panel_width(ct);
+    if (m == 1) {
+        if (ct == CD_f64) row_product_double(k, apack, F64_MR, panels, count, nr, c, cstride);
+        else row_product_float(k, apack, F32_MR, panels, count, nr, c, cstride);
+        return;
+    }
+    for (int q = 0; q < count; q++)
+        for (int64_t p = 0, r0 = 0, r1; r0 < m; p++, r0 = r1) {
+            r1 = panel_row(m, mr, p + 1);
+            if (ct == CD_f64)
+                micro_f64(k, (const double *)apack + p * mr * k, (const double *)panels + q * bs, F64_NR,
+                          (double *)c + q * cstride + r0 * ldc, ldc, (int)(r1 - r0), nr, 0);
+            else
+                micro_f32(k, (const float *)apack + p * mr * k, (const float *)panels + q * bs, F32_NR,
+                          (float *)c + q * cstride + r0 * ldc, ldc, (int)(r1 - r0), nr, 0);
+        }
+}
+
+#define PANELS_CAT_(a, b) a##b
+#define PANELS_CAT(a, b) PANELS_CAT_(a, b)
+const cd_panel_ops PANELS_CAT(GEMM_ENTRY, _panels) = {panel_width, panel_height, pack_panels, pack_rows, panel_product};
+#undef PANELS_CAT_
+#undef PANELS_CAT

@@ -236,15 +236,21 @@ __attribute__((target("avx512bf16"))) static void f32_to_bf16_cvtne(int64_t n, c
 
 /* ---- fused rows ------------------------------------------------------------------ */
 static void softmax_row(const float *x, float *y, int64_t n, int take_log) {
-    vf mx = vset1(-INFINITY);
+    vf m0 = vset1(-INFINITY), m1 = m0;
     vm nan = vlt(vzero(), vzero()); /* all false */
     int64_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) { /* two chains of max */
+        const vf u = vload(x + i), v = vload(x + i + VW);
+        nan = vor_m(nan, vor_m(visnan(u), visnan(v)));
+        m0 = vmax(m0, u);
+        m1 = vmax(m1, v);
+    }
     for (; i + VW <= n; i += VW) {
         vf v = vload(x + i);
         nan = vor_m(nan, visnan(v));
-        mx = vmax(mx, v);
+        m0 = vmax(m0, v);
     }
-    float m = vhmax(mx);
+    float m = vhmax(vmax(m0, m1));
     int any_nan = vany(nan);
     for (; i < n; i++) {
         any_nan |= x[i] != x[i];
@@ -255,13 +261,23 @@ static void softmax_row(const float *x, float *y, int64_t n, int take_log) {
         return;
     }
     const vf vm_ = vset1(m);
-    vf acc = vzero();
+    vf acc = vzero(), acc1 = vzero();
     float tail = 0;
-    for (i = 0; i + VW <= n; i += VW) {
+    for (i = 0; i + 2 * VW <= n; i += 2 * VW) {
+        const vf e = vexp(vsub(vload(x + i), vm_)), f = vexp(vsub(vload(x + i + VW), vm_));
+        acc = vadd(acc, e);
+        acc1 = vadd(acc1, f);
+        if (!take_log) {
+            vstore(y + i, e);
+            vstore(y + i + VW, f);
+        }
+    }
+    for (; i + VW <= n; i += VW) {
         vf e = vexp(vsub(vload(x + i), vm_));
         acc = vadd(acc, e);
         if (!take_log) vstore(y + i, e);
     }
+    acc = vadd(acc, acc1);
     for (; i < n; i++) {
         float e = expf(x[i] - m);
         tail += e;
@@ -285,19 +301,34 @@ static void norm_row(const float *x, float *y, int64_t n, const float *w, const 
     int64_t i;
     float mean = 0;
     if (!rms) {
-        vf acc = vzero();
+        vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
         float tail = 0;
-        for (i = 0; i + VW <= n; i += VW) acc = vadd(acc, vload(x + i));
+        for (i = 0; i + 4 * VW <= n; i += 4 * VW) { /* four chains: an add's latency is several cycles */
+            a0 = vadd(a0, vload(x + i));
+            a1 = vadd(a1, vload(x + i + VW));
+            a2 = vadd(a2, vload(x + i + 2 * VW));
+            a3 = vadd(a3, vload(x + i + 3 * VW));
+        }
+        for (; i + VW <= n; i += VW) a0 = vadd(a0, vload(x + i));
         for (; i < n; i++) tail += x[i];
-        mean = (vhsum(acc) + tail) / (float)n;
+        mean = (vhsum(vadd(vadd(a0, a1), vadd(a2, a3))) + tail) / (float)n;
     }
     const vf vmean = vset1(mean);
-    vf acc = vzero();
+    vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
     float tail = 0;
-    for (i = 0; i + VW <= n; i += VW) {
-        vf d = vsub(vload(x + i), vmean);
-        acc = vfma(d, d, acc);
+    for (i = 0; i + 4 * VW <= n; i += 4 * VW) {
+        const vf d0 = vsub(vload(x + i), vmean), d1 = vsub(vload(x + i + VW), vmean);
+        const vf d2 = vsub(vload(x + i + 2 * VW), vmean), d3 = vsub(vload(x + i + 3 * VW), vmean);
+        a0 = vfma(d0, d0, a0);
+        a1 = vfma(d1, d1, a1);
+        a2 = vfma(d2, d2, a2);
+        a3 = vfma(d3, d3, a3);
     }
+    for (; i + VW <= n; i += VW) {
+        const vf d = vsub(vload(x + i), vmean);
+        a0 = vfma(d, d, a0);
+    }
+    const vf acc = vadd(vadd(a0, a1), vadd(a2, a3));
     for (; i < n; i++) tail += (x[i] - mean) * (x[i] - mean);
     const float scale = 1.0f / sqrtf((vhsum(acc) + tail) / (float)n + eps);
     const vf vscale = vset1(scale);

@@ -80,6 +80,7 @@ static void dot_rows_f32(const float *w, int nw, const float *x, int64_t m, int6
 
 void cd_isa_fill_generic(cd_isa_ops *ops) {
     *ops = (cd_isa_ops){.gemm = cd_gemm_generic,
+                        .panels = &cd_gemm_generic_panels,
                         .f16_to_f32 = f16_to_f32,
                         .bf16_to_f32 = bf16_to_f32,
                         .f32_to_f16 = f32_to_f16,

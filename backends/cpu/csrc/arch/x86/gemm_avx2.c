@@ -1,8 +1,11 @@
 /* GEMM microkernels for AVX2 + FMA (the driver is templates/gemm_impl.h).
  *
- * f32: a 6 x 16 tile in 12 ymm accumulators (two B vectors and one broadcast
- * per k, the classic Haswell shape that fits 16 registers); f64: 6 x 8. Edge
- * tiles go through a small buffer. */
+ * f32: a 6 x 16 tile in 12 ymm accumulators; per k, two B vectors and one
+ * broadcast of A per row, 12 FMAs (with the two B vectors and the broadcast,
+ * 15 of the 16 registers). f64: 6 x 8 likewise. C's rows are prefetched
+ * before the K loop; the loop is unrolled four times, so the pointer updates
+ * and the branch are amortized over 48 FMAs. Edge tiles load and store C
+ * through lane masks; tiles of fewer rows run a shorter kernel. */
 #include <immintrin.h>
 
 #include "arch/x86/isa_x86.h"
@@ -16,40 +19,52 @@
 #define A_AT(i) a[(i) * ars]
 #include "arch/x86/gemm_micro.h"
 
-#define SPILL(i, S)                                  \
-    OP(storeu, S)(tile + (i) * 2 * W, c##i##_0);     \
-    OP(storeu, S)(tile + (i) * 2 * W + W, c##i##_1);
-/* The tile body: kc steps of A (row i at a[i * ars], the next k acs further
- * on) times B (rows ldb apart), spilled to a buffer and stored mr x nr. */
-#define MICRO_BODY(S, ACS)                                                                       \
-    enum { W = 32 / sizeof(ELEM(S)) };                                                             \
-    ROWS6(DECL, S)                                                                                 \
-    for (int64_t p = 0; p < kc; p++, a += (ACS), b += ldb) {                                       \
-        const VEC(S) b0 = OP(loadu, S)(b), b1 = OP(loadu, S)(b + W);                               \
-        ROWS6(STEP, S)                                                                             \
-    }                                                                                              \
-    ELEM(S) tile[6 * 2 * W];                                                                       \
-    ROWS6(SPILL, S)                                                                                \
-    for (int i = 0; i < mr; i++)                                                                   \
-        for (int j = 0; j < nr; j++)                                                               \
-            c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i * 2 * W + j] : tile[i * 2 * W + j];
-#define GEN_MICRO(NAME, S)                                                                       \
-    /* A packed A panel (6 wide). */                                                               \
-    static void NAME(int64_t kc, const ELEM(S) *restrict a, const ELEM(S) *restrict b, int64_t ldb, \
-                     ELEM(S) *restrict c, int64_t ldc, int mr, int nr, int accumulate) {            \
-        const int64_t ars = 1;                                                                     \
-        MICRO_BODY(S, 6)                                                                           \
-    }                                                                                              \
-    /* Tiles of all 6 rows, A read in place from rows ars apart. */                             \
-    static void NAME##_rows(int64_t kc, const ELEM(S) *restrict a, int64_t ars,                    \
-                            const ELEM(S) *restrict b, int64_t ldb, ELEM(S) *restrict c,            \
-                            int64_t ldc, int nr, int accumulate) {                                  \
-        const int mr = 6;                                                                          \
-        MICRO_BODY(S, 1)                                                                           \
-    }
+#define LANES(S) ((int)(32 / sizeof(ELEM(S))))
+/* The lanes below n of a vector of S, as the sign bits maskload/maskstore read. */
+#define LANE_MASK_ps(n) _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+#define LANE_MASK_pd(n) _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3))
+#define LANE_MASK_(S, n) LANE_MASK_##S(n)
+#define LANE_MASK(S, n) LANE_MASK_(S, n)
 
-GEN_MICRO(micro_f32, ps)
-GEN_MICRO(micro_f64, pd)
+#define STORE_PART(i, S)                                                       \
+    if ((i) < mr) {                                                            \
+        ELEM(S) *ci = c + (i) * ldc;                                           \
+        if (accumulate) {                                                      \
+            c##i##_0 = OP(add, S)(c##i##_0, OP(maskload, S)(ci, m0));          \
+            c##i##_1 = OP(add, S)(c##i##_1, OP(maskload, S)(ci + W, m1));      \
+        }                                                                      \
+        OP(maskstore, S)(ci, m0, c##i##_0);                                    \
+        OP(maskstore, S)(ci + W, m1, c##i##_1);                                \
+    }
+/* The tile body (see gemm_micro.h), B's rows ldb apart. */
+#define MICRO_BODY(R, S, ACS)                                                                   \
+    const int W = LANES(S);                                                                     \
+    ROWS##R(PREF, S)                                                                            \
+    ROWS##R(DECL, S)                                                                            \
+    _Pragma("GCC unroll 4") for (int64_t p = 0; p < kc; p++, a += (ACS), b += ldb) {            \
+        const VEC(S) b0 = OP(loadu, S)(b), b1 = OP(loadu, S)(b + W);                            \
+        ROWS##R(STEP, S)                                                                        \
+    }                                                                                           \
+    if (mr == R && nr == 2 * W) {                                                               \
+        ROWS##R(STORE_FULL, S)                                                                  \
+    } else {                                                                                    \
+        const __m256i m0 = LANE_MASK(S, nr), m1 = LANE_MASK(S, nr - W);                         \
+        ROWS##R(STORE_PART, S)                                                                  \
+    }
+/* Kernels of 6, 4 and 2 rows over packed panels (6 wide), the entry that picks one, and
+ * the in-place kernel. */
+#define GEN_MICROS(NAME, S)                                                                     \
+    GEN_MICRO(NAME, 6, S, 6) GEN_MICRO(NAME, 4, S, 6) GEN_MICRO(NAME, 2, S, 6)                   \
+    static void NAME(int64_t kc, const ELEM(S) *a, const ELEM(S) *b, int64_t ldb, ELEM(S) *c,     \
+                     int64_t ldc, int mr, int nr, int acc) {                                      \
+        if (mr > 4) NAME##_6(kc, a, b, ldb, c, ldc, mr, nr, acc);                                 \
+        else if (mr > 2) NAME##_4(kc, a, b, ldb, c, ldc, mr, nr, acc);                            \
+        else NAME##_2(kc, a, b, ldb, c, ldc, mr, nr, acc);                                        \
+    }                                                                                             \
+    GEN_MICRO_ROWS(NAME, 6, S)
+
+GEN_MICROS(micro_f32, ps)
+GEN_MICROS(micro_f64, pd)
 
 /* ---- transposing pack: dst[p * W + i] = src[i * ld + p], i < w <= W, p < kc ----
  * 8 x 8 blocks transposed in registers, partial blocks element by element. */
@@ -71,26 +86,49 @@ static inline void transpose8(__m256 *r) {
     }
 }
 
+/* Blocks of 8 k are transposed in registers (rows past w read as zero) and
+ * stored W wide: a panel narrower than a vector (A's, 6 wide) stores 8 lanes,
+ * the two past its row landing where the next k's store goes next, but for
+ * the panel's last k, which is stored through a mask. */
 static void tpack_f32(const float *src, int64_t ld, int w, int64_t kc, int W, float *dst) {
     for (int i0 = 0; i0 < W; i0 += 8) {
         const int rows = CD_MAX(0, CD_MIN(8, w - i0)), lanes = CD_MIN(8, W - i0);
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const int spill = lanes < 8 && W <= 8; /* the extra lanes land in the next k's row */
         int64_t p0 = 0;
-        for (; lanes == 8 && rows == 8 && p0 + 8 <= kc; p0 += 8) {
+        for (; p0 + 8 <= kc && (lanes == 8 || spill); p0 += 8) {
             __m256 r[8];
-            for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (i0 + i) * ld + p0);
+            for (int i = 0; i < 8; i++) r[i] = i < rows ? _mm256_loadu_ps(src + (i0 + i) * ld + p0) : _mm256_setzero_ps();
             transpose8(r);
-            for (int j = 0; j < 8; j++) _mm256_storeu_ps(dst + (p0 + j) * W + i0, r[j]);
+            for (int j = 0; j < 8; j++) {
+                float *d = dst + (p0 + j) * W + i0;
+                if (lanes == 8 || p0 + j + 1 < kc) _mm256_storeu_ps(d, r[j]);
+                else _mm256_maskstore_ps(d, mask, r[j]);
+            }
         }
         for (; p0 < kc; p0++)
             for (int i = 0; i < lanes; i++) dst[p0 * W + i0 + i] = i < rows ? src[(i0 + i) * ld + p0] : 0.0f;
     }
 }
 
+/* The deepest K slice whose B micro-panel (NR columns, bytes_per_k a row) fills
+ * half of L1d, where it stays while A's panels stream past from L2 (256 for a
+ * 32 KiB L1d). Twelve accumulators make a small tile, whose B operands re-read
+ * from L2 every k would need more bandwidth than L2 gives (AVX-512's larger
+ * tile needs a third as much per FMA, and takes deeper slices). */
+static int64_t kc_from_l1(int64_t bytes_per_k) {
+    return CD_MAX(128, CD_MIN(512, cd_cache_bytes(1) / 2 / bytes_per_k / 8 * 8));
+}
+
 #define GEMM_ENTRY cd_gemm_avx2
+/* With B's micro-panel in L1d, A's block may take a third of L2: each B panel
+ * fetched from L3 then serves twice as many tiles as with a sixth (+2-3% on
+ * 4096 columns in a sweep of the microkernel on Zen 4). */
+#define GEMM_A_L2_SHARE 3
 #define F32_MR 6
 #define F32_NR 16
-#define F32_KC 512
+#define F32_KC kc_from_l1(F32_NR * sizeof(float))
 #define F64_MR 6
 #define F64_NR 8
-#define F64_KC 512
+#define F64_KC kc_from_l1(F64_NR * sizeof(double))
 #include "templates/gemm_impl.h"

@@ -23,16 +23,6 @@
 
 #define LANES(S) ((int)(64 / sizeof(ELEM(S))))
 
-#define STORE_FULL(i, S)                                                 \
-    {                                                                    \
-        ELEM(S) *ci = c + (i) * ldc;                                     \
-        if (accumulate) {                                                \
-            c##i##_0 = OP(add, S)(c##i##_0, OP(loadu, S)(ci));           \
-            c##i##_1 = OP(add, S)(c##i##_1, OP(loadu, S)(ci + W));       \
-        }                                                                \
-        OP(storeu, S)(ci, c##i##_0);                                     \
-        OP(storeu, S)(ci + W, c##i##_1);                                 \
-    }
 #define STORE_PART(i, S)                                                       \
     if ((i) < mr) {                                                            \
         ELEM(S) *ci = c + (i) * ldc;                                           \
@@ -43,9 +33,6 @@
         OP(mask_storeu, S)(ci, m0, c##i##_0);                                  \
         OP(mask_storeu, S)(ci + W, m1, c##i##_1);                              \
     }
-#define PREF(i, S)                                                     \
-    _mm_prefetch((const char *)(c + (i) * ldc), _MM_HINT_T0);          \
-    _mm_prefetch((const char *)(c + (i) * ldc + W), _MM_HINT_T0);
 /* The tile body: accumulates kc steps of A (row i at a[i * ars], the next k
  * acs further on) times B (rows ldb apart, two vectors of BT loaded by BLOAD,
  * multiplied in by STEPM), then stores or adds the tile. */
@@ -67,17 +54,11 @@
         ROWS##R(STORE_PART, S)                                                                  \
     }
 #define MICRO_BODY(R, S, ACS) MICRO_BODY_WITH(R, S, ACS, VEC(S), OP(loadu, S), STEP)
-/* A kernel for tiles of at most R rows of a packed A panel (always 14 wide),
- * so an edge panel of a few rows costs a few rows' work. */
-#define GEN_MICRO(NAME, R, S)                                                                   \
-    static void NAME##_##R(int64_t kc, const ELEM(S) *restrict a, const ELEM(S) *restrict b,     \
-                           int64_t ldb, ELEM(S) *restrict c, int64_t ldc, int mr, int nr,         \
-                           int accumulate) {                                                      \
-        const int64_t ars = 1;                                                                    \
-        MICRO_BODY(R, S, 14)                                                                      \
-    }
+/* Kernels of 14, 8, 4 and 2 rows over packed panels (always 14 wide), so an edge panel of a
+ * few rows costs a few rows' work; the entry that picks one; the in-place kernel. */
 #define GEN_MICROS(NAME, S)                                                                     \
-    GEN_MICRO(NAME, 14, S) GEN_MICRO(NAME, 8, S) GEN_MICRO(NAME, 4, S) GEN_MICRO(NAME, 2, S)     \
+    GEN_MICRO(NAME, 14, S, 14) GEN_MICRO(NAME, 8, S, 14) GEN_MICRO(NAME, 4, S, 14)               \
+    GEN_MICRO(NAME, 2, S, 14)                                                                     \
     static void NAME(int64_t kc, const ELEM(S) *a, const ELEM(S) *b, int64_t ldb, ELEM(S) *c,     \
                      int64_t ldc, int mr, int nr, int acc) {                                      \
         if (mr > 8) NAME##_14(kc, a, b, ldb, c, ldc, mr, nr, acc);                                \
@@ -85,14 +66,8 @@
         else if (mr > 2) NAME##_4(kc, a, b, ldb, c, ldc, mr, nr, acc);                            \
         else NAME##_2(kc, a, b, ldb, c, ldc, mr, nr, acc);                                        \
     }                                                                                             \
-    /* Tiles of all 14 rows, A read in place from rows ars apart. */                         \
     __attribute__((noinline)) /* inlined, its row offsets would spill */                        \
-    static void NAME##_rows(int64_t kc, const ELEM(S) *restrict a, int64_t ars,                  \
-                            const ELEM(S) *restrict b, int64_t ldb, ELEM(S) *restrict c,          \
-                            int64_t ldc, int nr, int accumulate) {                                \
-        const int mr = 14;                                                                        \
-        MICRO_BODY(14, S, 1)                                                                      \
-    }
+    GEN_MICRO_ROWS(NAME, 14, S)
 
 GEN_MICROS(micro_f32, ps)
 GEN_MICROS(micro_f64, pd)

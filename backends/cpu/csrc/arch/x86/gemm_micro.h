@@ -33,4 +33,40 @@
         c##i##_1 = OP(fmadd, S)(ai, b1, c##i##_1);    \
     }
 
+/* The including file's MICRO_BODY(R, S, ACS) is the tile body: kc steps of A
+ * (row i at a[i * ars], the next k ACS further on) times B, then C stored or
+ * added to. From it, a kernel for tiles of at most R rows of a packed A panel
+ * (PANEL wide), and one for tiles of all R rows with A read in place from rows
+ * ars apart. */
+#define GEN_MICRO(NAME, R, S, PANEL)                                                            \
+    static void NAME##_##R(int64_t kc, const ELEM(S) *restrict a, const ELEM(S) *restrict b,     \
+                           int64_t ldb, ELEM(S) *restrict c, int64_t ldc, int mr, int nr,         \
+                           int accumulate) {                                                      \
+        const int64_t ars = 1;                                                                    \
+        MICRO_BODY(R, S, PANEL)                                                                   \
+    }
+#define GEN_MICRO_ROWS(NAME, R, S)                                                              \
+    static void NAME##_rows(int64_t kc, const ELEM(S) *restrict a, int64_t ars,                  \
+                            const ELEM(S) *restrict b, int64_t ldb, ELEM(S) *restrict c,          \
+                            int64_t ldc, int nr, int accumulate) {                                \
+        const int mr = R;                                                                         \
+        MICRO_BODY(R, S, 1)                                                                       \
+    }
+
+/* C's rows of the tile into L1 before the K loop. W: lanes per vector. */
+#define PREF(i, S)                                                     \
+    _mm_prefetch((const char *)(c + (i) * ldc), _MM_HINT_T0);          \
+    _mm_prefetch((const char *)(c + (i) * ldc + W), _MM_HINT_T0);
+/* Row i of a whole tile stored to C, or added to it. */
+#define STORE_FULL(i, S)                                                 \
+    {                                                                    \
+        ELEM(S) *ci = c + (i) * ldc;                                     \
+        if (accumulate) {                                                \
+            c##i##_0 = OP(add, S)(c##i##_0, OP(loadu, S)(ci));           \
+            c##i##_1 = OP(add, S)(c##i##_1, OP(loadu, S)(ci + W));       \
+        }                                                                \
+        OP(storeu, S)(ci, c##i##_0);                                     \
+        OP(storeu, S)(ci + W, c##i##_1);                                 \
+    }
+
 #endif

@@ -19,6 +19,7 @@ static int avx2_supported(void) {
 static void fill_avx512(cd_isa_ops *ops) {
     ops->bf16_dot = __builtin_cpu_supports("avx512bf16"); /* before the vector math, which reads it */
     ops->gemm = cd_gemm_avx512;
+    ops->panels = &cd_gemm_avx512_panels;
     cd_vmath_avx512(ops);
     cd_panels_avx512(ops);
     if (__builtin_cpu_supports("avx512vnni")) {
@@ -32,6 +33,7 @@ static void fill_avx512(cd_isa_ops *ops) {
 
 static void fill_avx2(cd_isa_ops *ops) {
     ops->gemm = cd_gemm_avx2;
+    ops->panels = &cd_gemm_avx2_panels;
     cd_vmath_avx2(ops);
     cd_panels_avx2(ops);
     cd_int8_avx2(ops);

@@ -7,6 +7,7 @@
 #include "runtime/isa.h"
 
 cd_gemm_fn cd_gemm_avx2, cd_gemm_avx512;
+extern const cd_panel_ops cd_gemm_avx2_panels, cd_gemm_avx512_panels;
 void cd_vmath_avx2(cd_isa_ops *ops);
 void cd_vmath_avx512(cd_isa_ops *ops);
 /* The quantized dot products (templates/qdot_impl.h). */

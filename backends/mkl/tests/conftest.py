@@ -1,0 +1,10 @@
+"""The mkl plugin's tests run with every MKL kernel forced on (whatever this
+machine's kernel choice says), and with the choice file of a scratch cache, so
+that a developer's own `candle bench` verdicts never change what they test."""
+
+import os
+import tempfile
+
+os.environ["CANDLE_FORCE_PLUGINS"] = "mkl"
+os.environ["CANDLE_CACHE_DIR"] = tempfile.mkdtemp(prefix="candle-mkl-tests-")
+os.environ.pop("CANDLE_DISABLE_PLUGINS", None)

@@ -1,0 +1,1 @@
+"""candle-pyo3's model modules: ``models.bert`` and ``models.llama``."""

@@ -1,0 +1,1 @@
+"""The standard benchmark cases under pytest-benchmark (see test_cases.py)."""
