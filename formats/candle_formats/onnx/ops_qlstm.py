@@ -6,11 +6,12 @@ and R (hidden, 4 * hidden) are int8 (or uint8) with a scale and zero point
 per direction or per gate column; the whole input sequence is quantized to
 u8 at once and multiplied by W, then at every step the hidden state is
 quantized and multiplied by R, each product scaled back to f32; the gates
-(i, o, f, c, with optional peepholes, clip and coupled input-forget gate)
-follow the ONNX LSTM. Activations are ONNX's (default sigmoid, tanh, tanh).
+(i, o, f, c, with optional peepholes, clip, coupled input-forget gate and
+ONNX's activations) are the ONNX LSTM's cell, candle_api.ops.rnn.lstm_cell.
 
-The LSTM of ops_rnn.py takes float weights; this op keeps its own step loop
-because its recurrent product quantizes the state at every step.
+The LSTM of ops_rnn.py runs on the fused float layer kernel; this op keeps
+its own step loop because its recurrent product quantizes the state at
+every step (and, as onnxruntime, a finished row's zeros with the others).
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ import numpy as np
 
 import candle_api as c
 from candle_api.ops.int8 import quantize_u8
+from candle_api.ops.rnn import LSTM_GATES, lstm_cell
 
 from . import int8_products as int8
 from .dtypes import TYPES, UINT8
 from .helpers import const, ints
+from .ops_rnn import layer_activations
 from .registry import MS_DOMAIN, op
 
-_ACTIVATIONS = {"sigmoid": lambda x: x.sigmoid(), "tanh": lambda x: x.tanh(), "relu": lambda x: x.relu()}
 _DEFAULTS = {"activations": [], "activation_alpha": [], "activation_beta": [], "clip": None, "direction": "forward",
              "hidden_size": None, "input_forget": 0}
 
@@ -53,15 +55,6 @@ def _product(x, weights, scale, zero_point):
     """quantize(x) @ W, scaled back to f32 (x (rows, k) f32)."""
     q, q_scale, q_zp = quantize_u8(x)
     return int8.matmul(q, q_zp, TYPES[UINT8], weights, zero_point, q_scale, scale)
-
-
-def _activations(node, directions: int):
-    names = [n.lower() for n in node.get("activations") or []] or ["sigmoid", "tanh", "tanh"] * directions
-    unknown = [n for n in names if n not in _ACTIVATIONS]
-    if unknown or len(names) != 3 * directions:
-        raise node.unsupported(f"activations {node.get('activations')} (supported: three per direction of "
-                               f"{', '.join(_ACTIVATIONS)})")
-    return [[_ACTIVATIONS[n] for n in names[3 * d:3 * d + 3]] for d in range(directions)]
 
 
 def _reversal(lengths: list, steps: int, batch: int) -> np.ndarray:
@@ -95,7 +88,7 @@ def dynamic_quantize_lstm(node, x, w, r, b=None, seq_lens=None, initial_h=None, 
     if any(not 0 <= n <= steps for n in lengths):
         raise node.fail(f"sequence_lens {lengths} out of range for {steps} steps")
     longest = max(lengths, default=0)
-    acts = _activations(node, len(reverse))
+    acts = layer_activations(node, ["Sigmoid", "Tanh", "Tanh"], len(reverse))
     ys, hs, cs = [], [], []
     for d, rev in enumerate(reverse):
         rows = _reversal(lengths, steps, batch) if rev else None
@@ -124,11 +117,12 @@ def _direction_run(node, xs, lengths, state, w, r, bias, peep, acts, hidden: int
     gates_x = _product(xs.reshape(steps * batch, -1), *w).reshape(steps, batch, -1)
     if bias is not None:
         gates_x = gates_x + bias.narrow(0, 0, 4 * hidden) + bias.narrow(0, 4 * hidden, 4 * hidden)
-    peep = peep.split(hidden, 0) if peep is not None else (None, None, None)
-    clip, couple = node.get("clip"), bool(node.get("input_forget", 0))
+    options = {"peepholes": peep, "clip": node.get("clip") or 0.0, "input_forget": bool(node.get("input_forget", 0))}
+    if acts is not None:  # others than the defaults
+        options["activations"] = acts
     out, last = [], h
     for t in range(steps):
-        new_h, new_c = _cell(gates_x[t] + _product(h, *r), cell, hidden, acts, peep, clip, couple)
+        new_h, new_c = lstm_cell(gates_x[t] + _product(h, *r), cell, LSTM_GATES["iofc"][1], **options)
         if any(n <= t for n in lengths):
             keep = const([[int(n > t)] for n in lengths], c.u8, xs.device)
             last, cell = c.where(keep, new_h, last), c.where(keep, new_c, cell)
@@ -138,14 +132,3 @@ def _direction_run(node, xs, lengths, state, w, r, bias, peep, acts, hidden: int
         out.append(h)
     return c.stack(out, 0), last, cell
 
-
-def _cell(gates, cell, hidden: int, acts, peep, clip, couple: bool):
-    f, g, h_act = acts
-    clipped = (lambda v: v.clamp(-clip, clip)) if clip else (lambda v: v)
-    gi, go, gf, gc = gates.split(hidden, -1)
-    pi, po, pf = peep
-    i = f(clipped(gi + pi * cell if pi is not None else gi))
-    forget = 1.0 - i if couple else f(clipped(gf + pf * cell if pf is not None else gf))
-    new_c = forget * cell + i * g(clipped(gc))
-    o = f(clipped(go + po * new_c if po is not None else go))
-    return o * h_act(new_c), new_c
