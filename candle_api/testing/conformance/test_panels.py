@@ -125,6 +125,7 @@ CONV_CASES = [  # (batch, cin, h, w, cout, kh, kw, stride, pad, dilation, groups
     (2, 8, 9, 11, 12, 3, 3, (2, 1), (1, 0), (1, 1), 2),      # groups, uneven strides and pads
     (1, 16, 17, 13, 16, 3, 3, (2, 2), (1, 1), (1, 1), 16),   # depthwise, strided
     (1, 24, 7, 40, 24, 5, 5, (1, 1), (2, 2), (1, 1), 24),    # depthwise 5x5
+    (1, 16, 9, 11, 16, 3, 3, (1, 1), (1, 1), (1, 1), 16),    # depthwise, an odd count of phase floats
     (2, 20, 4, 6, 20, 5, 5, (1, 1), (2, 2), (1, 1), 20),     # depthwise, small planes 16 channels at a time
     (1, 18, 5, 5, 18, 3, 3, (2, 2), (1, 1), (2, 1), 18),     # the same, strided and dilated
     (1, 32, 6, 9, 40, 1, 1, (1, 1), (0, 0), (1, 1), 1),      # pointwise, the image read in place

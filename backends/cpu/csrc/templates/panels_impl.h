@@ -31,10 +31,16 @@ static void PANELS_NAME(dw_phases)(const cd_dw_geom *g, const float *x, float *p
     }
 }
 
+/* Floats of dw_plane's phases, rounded up to an even count: the taps' int64_t
+ * offsets that follow them stay 8-byte aligned. */
+static int64_t PANELS_NAME(dw_phase_floats)(const cd_dw_geom *g) {
+    const int64_t rows = g->h + 2 * g->ph, pstride = (g->w + 2 * g->pw + g->sw - 1) / g->sw + DW_LANES;
+    return (g->sw * rows * pstride + 1) & ~(int64_t)1;
+}
+
 /* Floats of scratch the plane of dw_plane needs: the phases, then the taps' offsets. */
 static int64_t PANELS_NAME(dw_scratch)(const cd_dw_geom *g) {
-    const int64_t rows = g->h + 2 * g->ph, pstride = (g->w + 2 * g->pw + g->sw - 1) / g->sw + DW_LANES;
-    return g->sw * rows * pstride + 2 * g->kh * g->kw;
+    return PANELS_NAME(dw_phase_floats)(g) + 2 * g->kh * g->kw;
 }
 
 /* Runs of DW_LANES outputs, DW_RUNS at a time (anywhere in the plane: rows of a
@@ -53,7 +59,7 @@ static void PANELS_NAME(dw_plane)(const cd_dw_geom *g, const float *x, const flo
     typedef PANELS_NAME(dw_vec) vec;
     const int64_t rows = g->h + 2 * g->ph, pstride = (g->w + 2 * g->pw + g->sw - 1) / g->sw + DW_LANES;
     const int64_t ntaps = g->kh * g->kw, chunks = (g->ow + DW_LANES - 1) / DW_LANES, runs = g->oh * chunks;
-    int64_t *offset = (int64_t *)(scratch + g->sw * rows * pstride); /* 2 floats per int64_t */
+    int64_t *offset = (int64_t *)(scratch + PANELS_NAME(dw_phase_floats)(g)); /* 2 floats per int64_t */
     for (int64_t j = 0, r = 0, q = 0; j < g->kw; j++) { /* column j * dw = q * sw + r, without divisions */
         for (int64_t i = 0; i < g->kh; i++) offset[i * g->kw + j] = (r * rows + i * g->dh) * pstride + q;
         for (r += g->dw; r >= g->sw; r -= g->sw) q++;
