@@ -75,6 +75,11 @@ class _Chain(dispatch.Observer):
             for obs in self.observers:
                 obs.crossed(source, target, nbytes)
 
+    def read(self, tensor):
+        if self.active():
+            for obs in self.observers:
+                obs.read(tensor)
+
 
 class _busy:
     """Marks this thread's work as the observers' own: not observed."""

@@ -85,6 +85,21 @@ def _rows(family, call, dtypes, names, **kw) -> list:
     return [KernelRow(n, family, call, dtypes, **kw) for n in names.split()]
 
 
+#: The activations a product with packed weights applies to its result (the ``act``
+#: argument of the panels rows), with the meaning of their ``alpha`` and ``beta``.
+ACTIVATIONS = {
+    "none": "x",
+    "relu": "maximum(x, 0)",
+    "leaky_relu": "x if x > 0 else alpha * x",
+    "clip": "minimum(maximum(x, alpha), beta)",
+    "sigmoid": "1 / (1 + exp(-x))",
+    "hard_sigmoid": "clip(alpha * x + beta, 0, 1)",
+    "hard_swish": "x * clip(x / 6 + 1 / 2, 0, 1)",
+    "tanh": "tanh(x)",
+    "gelu_erf": "x / 2 * erfc(-x / sqrt(2))",
+    "silu": "x * sigmoid(x)",
+}
+
 UNARY = "k(out, x, lx)"
 PARAM = "k(out, x, lx, p0, p1)"
 BINARY = "k(out, a, la, b, lb)"
@@ -236,6 +251,39 @@ ROWS: tuple = tuple([
               "index_select of the rows' blocks, then dequantize", since=2,
               notes="out (ids, k) f32: rows ids (contiguous, any index dtype) of W (rows, k) in blocks; an id "
                     "out of range raises IndexOutOfRangeError"),
+    # ---- products with weights packed once (panels of 16 rows) ----------------------------------------------
+    KernelRow("pack_panels", "panels", "k(out, w, lw)", ("f32",), False, "pad, reshape and transpose", since=3,
+              notes="out (batch, ceil(rows / 16), depth, 16) from w (batch, rows, depth), any strides: "
+                    "out[b, p, d, i] = w[b, 16 p + i, d], 0 past the last row"),
+    KernelRow("linear_panels", "panels", "k(out, x, lx, wp, lwp, bias, lbias, n, act, alpha, beta)", ("f32",),
+              False, "the weights unpacked, matmul, add and the activation", since=3,
+              notes="out (..., n) = act(x (..., k) @ M^T + bias), wp = pack_panels(M (1, n, k)); the rows of x "
+                    "have one stride (leading dims merge); bias None or (n,) contiguous; act one of ACTIVATIONS"),
+    KernelRow("conv2d_panels", "panels",
+              "k(out, x, lx, wp, lwp, bias, lbias, res, lres, params, act, alpha, beta, scale, shift)", ("f32",),
+              False, "the weights unpacked, conv2d, add, the activation and affine", since=3,
+              notes="out = act(conv2d(x, w) + bias + res) * scale + shift; wp = pack_panels of w (c_out, c_in / groups, kh, kw) "
+                    "seen as (groups, c_out / groups, c_in / groups * kh * kw), or for a depthwise w (one input and "
+                    "one output channel per group) as (1, c_out, kh * kw); params as conv2d's; bias None or "
+                    "(c_out,) contiguous; res None or contiguous shaped as out"),
+    # ---- int8 products of quantized models (u8 activations, int8 weights packed once) -------------------
+    KernelRow("quantize_u8_params", "int8", "k(out, x, lx)", ("f32",), False, "min, max and arithmetic", since=3,
+              notes="out (2,) f32 = [scale, zero point] of ONNX DynamicQuantizeLinear over x contiguous: the range "
+                    "widened to include 0, scale (max - min) / 255 (1 for an all-zero x), zero point "
+                    "round_half_even(clamp(-min / scale, 0, 255)); a NaN in x raises"),
+    KernelRow("quantize_u8", "int8", "k(out, x, lx, params, lparams)", ("f32",), False,
+              "divide, round, add and clamp", since=3,
+              notes="out u8 = clamp(round_half_even(x / params[0]) + params[1], 0, 255), x contiguous"),
+    KernelRow("pack_int8_panels", "int8", "k(out, w, lw)", ("u8", "i16"), False, "reshape, transpose and sums",
+              since=3, notes="w (k, n) int8 weights (u8 stored minus 128; i16 holding -128..127) as s8 bytes in "
+                             "panels of 16 columns, each column's 4 consecutive k together: out u8 (ceil(n/16) * "
+                             "ceil(k/4) * 64 + ceil(n/16) * 64,), the int32 column sums after the panels"),
+    KernelRow("matmul_int8", "int8", "k(out, a, la, a_zp, la_zp, bp, lbp, b_zp, lb_zp, a_scale, la_scale, "
+              "b_scale, lb_scale, bias, lbias, n)", ("u8",), False, "the weights unpacked, a float64 matmul",
+              since=3, notes="out (..., n) = (a (..., k) u8 contiguous - a_zp) @ (B - b_zp), B = the packed "
+                             "weights: i32 without scales, else f32 times a_scale[0] * b_scale (one or n) plus "
+                             "bias (n); a_zp None or one u8, b_zp None, one or n i32 in the stored (signed) "
+                             "domain; k <= 65536; exact integer sums"),
     KernelRow("sgd_step", "optim", "k(p, lp, g, lg, buf, lbuf, lr, weight_decay, momentum, dampening, nesterov, "
               "first)", FLOATS, False, "the same update from elementwise ops",
               notes="writes p and buf; buf None without momentum"),

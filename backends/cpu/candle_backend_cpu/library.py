@@ -17,7 +17,7 @@ from candle_api.dtype import NUMERIC_DTYPES
 from candle_api.errors import BackendUnavailableError, IndexOutOfRangeError, KernelError
 
 LIB_NAME = "libcandle_cpu.so"
-ABI_VERSION = 4
+ABI_VERSION = 5
 #: Set to load another build of the library (a sanitizer build in CI, say).
 ENV_OVERRIDE = "CANDLE_CPU_LIB"
 
@@ -76,6 +76,16 @@ SIGNATURES = {
     "cd_dequantize": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p]),
     "cd_qmatmul": (c_int, [c_int32, c_int64, c_int64, c_int64, c_void_p, c_void_p, c_void_p]),
     "cd_qembedding": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_int32, c_int64, c_void_p, c_void_p]),
+    "cd_pack_panels": (c_int, [c_int32, c_char_p, c_void_p, c_void_p]),
+    "cd_linear_panels": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_double,
+                                 c_double]),
+    "cd_conv2d_panels": (c_int, [c_int32, c_char_p, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                 c_int32, c_double, c_double, c_double, c_double]),
+    "cd_quantize_u8_params": (c_int, [c_int64, c_void_p, c_void_p]),
+    "cd_quantize_u8": (c_int, [c_int64, c_void_p, c_void_p, c_void_p]),
+    "cd_pack_int8_panels": (c_int, [c_int32, c_char_p, c_void_p, c_void_p]),
+    "cd_matmul_int8": (c_int, [c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                               c_void_p]),
     "cd_random": (c_int, [c_int32, c_int32, c_int64, c_void_p, c_uint64, c_uint64, c_double, c_double]),
 }
 
