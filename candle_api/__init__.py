@@ -42,7 +42,6 @@ from .debug import ShadowMismatchError, install_from_environment, shadow, trace 
 from .var import Var  # noqa: E402
 from .ops.linalg import bmm, matmul, mm, norm  # noqa: E402
 from .ops.shape import cat, roll, stack, unbind  # noqa: E402
-from .ops import rnn as _rnn  # noqa: E402,F401  (registers lstm_layer and gru_layer at import)
 
 concat = concatenate = cat
 install_from_environment()

@@ -7,9 +7,11 @@ devices; ``t.summary()`` is the table.
 
 ``with candle_api.shadow("ref"): ...`` (or ``CANDLE_SHADOW=ref``) re-runs
 every kernel on the reference device and raises :class:`ShadowMismatchError`
-at the first result that differs beyond the conformance tolerance, naming
-the op, its inputs' layouts and the plugin that served it: a new backend's
-author finds a wrong kernel in one run of their model.
+at the first result that differs beyond the conformance tolerance (each
+output, and each input: sort's indices are one, and a kernel must leave the
+others as they were), naming the op, its inputs' layouts and the plugin that
+served it: a new backend's author finds a wrong kernel in one run of their
+model.
 
 Both hang on :data:`candle_api.ops.dispatch.observer`, the one hook of the
 dispatch path, and cost nothing when off.
@@ -72,6 +74,11 @@ class _Chain(dispatch.Observer):
         if self.active():
             for obs in self.observers:
                 obs.crossed(source, target, nbytes)
+
+    def read(self, tensor):
+        if self.active():
+            for obs in self.observers:
+                obs.read(tensor)
 
 
 class _busy:
@@ -169,21 +176,26 @@ class Shadow(dispatch.Observer):
         with _busy():
             before = [_to(t, ref) for t in inputs]  # an in-place op changes its first input
         out = launch()
+        self.checked += 1
         with _busy():
             expected = dispatch.apply(op, *before, **params)
-            got, want = (out, expected) if out is not None else (inputs[0], before[0])
-            self._compare(op, device, dtype, inputs, got, want)
+            if out is not None:
+                self._compare(op, device, dtype, inputs, out, expected)
+            # an in-place op's target; an op's further outputs (sort's indices); inputs no kernel may change
+            for got, want in zip(inputs, before):
+                if got is not None:
+                    self._compare(op, device, dtype, inputs, got, want)
         return out
 
     def _check_copy(self, op, device, dtype, inputs, params):
         from .ops.core import view
 
         dst, src = inputs
+        self.checked += 1
         with _busy():
             self._compare(op, device, dtype, inputs, view(dst, params["layout"]), src)
 
     def _compare(self, op, device, dtype, inputs, got, want) -> None:
-        self.checked += 1
         a, b = got.numpy(), want.numpy()
         if a.shape == b.shape:
             if got.dtype.is_float:

@@ -29,7 +29,9 @@ class Device(str):
     """A compute device.
 
     Attributes: ``type`` ("cpu", "cuda"...), ``index``, ``backend`` (the backend
-    plugin's device object) and ``kernels`` (its ``(op, dtype) -> kernel`` table).
+    plugin's device object), ``kernels`` (its ``(op, dtype) -> kernel`` table)
+    and ``aliasing`` (the keys whose kernel may write over an input: in-place
+    ops run those into the target's memory).
     """
 
     type: str
@@ -37,6 +39,7 @@ class Device(str):
     backend: object
     alloc: object
     kernels: dict
+    aliasing: set
     dtypes: frozenset
     plugin: str
 
@@ -70,7 +73,8 @@ class Device(str):
         if missing:
             raise PluginError(f"device {name!r}: the device object of plugin {plugin} lacks {', '.join(missing)} "
                               "(see candle_api.contract.BackendDevice)")
-        self.kernels = registry().kernel_table(dev_type).kernels
+        table = registry().kernel_table(dev_type)
+        self.kernels, self.aliasing = table.kernels, table.aliasing
         # bool is u8's bytes: a backend holding u8 holds bool (the kernel table serves it with u8 kernels)
         self.dtypes = frozenset(spec.dtypes) | ({"bool"} if "u8" in spec.dtypes else set())
         self._seed = DEFAULT_SEED
@@ -181,7 +185,8 @@ def known_devices() -> list[Device]:
 
 def _refresh_kernels() -> None:
     for dev in set(_DEVICES.values()):
-        dev.kernels = registry().kernel_table(dev.type).kernels
+        table = registry().kernel_table(dev.type)
+        dev.kernels, dev.aliasing = table.kernels, table.aliasing
 
 
 registry().on_change(_refresh_kernels)

@@ -29,8 +29,9 @@ from .contract.opdef import OpDef  # noqa: F401  (what candle_api_custom_ops def
 #: The hook API this candle-api implements. 2 added BackendSpec.contract_version
 #: and BackendSpec.dtypes (a plugin using them sets CANDLE_API_HOOK_VERSION = 2),
 #: and made OpDef the one op definition (candle_api.contract.opdef); 3 added
-#: BackendSpec.aliases, BackendSpec.variants and KernelSet.description.
-HOOK_API_VERSION = 3
+#: BackendSpec.aliases, BackendSpec.variants and KernelSet.description; 4 added
+#: KernelSet.aliasing.
+HOOK_API_VERSION = 4
 
 hookspec = pluggy.HookspecMarker("candle_api")
 hookimpl = pluggy.HookimplMarker("candle_api")
@@ -83,11 +84,15 @@ class KernelSet:
     plugin returning faster "matmul" kernels for "cpu", say) and add new ops.
     ``description`` says what serves them (a library and its version, its
     threads, why these kernels and not others) for ``candle info``.
+    ``aliasing`` declares that its kernels of the rows with an ``alias``
+    (:mod:`candle_api.contract.table`: elementwise rows) give the same result
+    when ``out`` is one of those inputs' own storage, as in-place ops pass it.
     """
 
     kernels: Mapping[tuple[str, str], Callable]
     priority: int = 0
     description: str = ""
+    aliasing: bool = False
 
 
 @dataclass(frozen=True)

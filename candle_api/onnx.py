@@ -17,7 +17,8 @@ from importlib import metadata
 
 GROUP = "candle_api.onnx"
 NAMES = ("ONNXModel", "InferenceSession", "TensorDescription", "NodeError", "UnsupportedNodeError", "supported_ops",
-         "RunOptions", "RunInterruptedError")
+         "RunOptions", "RunInterruptedError", "SessionOptions", "GraphOptimizationLevel", "get_available_providers",
+         "ProviderError")
 _INSTALL = ("pip install './formats[onnx]' in a checkout of candle-api  (installs the ONNX evaluator plugin and "
             "the onnx package)")
 

@@ -50,6 +50,7 @@ class KernelTable:
     providers: dict = field(default_factory=dict)  # (op, DType) -> (plugin name, priority)
     conflicts: list = field(default_factory=list)  # ties between plugins, for `candle info`
     descriptions: dict = field(default_factory=dict)  # plugin name -> its KernelSet.description
+    aliasing: set = field(default_factory=set)     # (op, DType) whose kernel may write over an input (row.alias)
 
 
 class OpRegistry:
@@ -281,6 +282,7 @@ class Registry:
                     if current is None or kset.priority > current[1]:
                         table.kernels[key] = kernel
                         table.providers[key] = (plugin, kset.priority)
+                        _note_aliasing(table, key, kset.aliasing)
                     elif kset.priority == current[1]:
                         table.conflicts.append(f"{op}/{dtype}: {current[0]} and {plugin} tie; {current[0]} kept")
             _serve_bool_with_u8(table)
@@ -308,6 +310,17 @@ class Registry:
             elif row is not None and dtype not in row.dtypes:
                 problems.append(f"{op!r} has no {dtype} kernel in the contract (its dtypes: {' '.join(row.dtypes)})")
         return "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+
+
+def _note_aliasing(table: KernelTable, key: tuple, declared: bool) -> None:
+    """key's kernel may write over an input where its row allows it and its kernel set says so."""
+    from .contract.table import BY_NAME
+
+    row = BY_NAME.get(key[0])
+    if declared and row is not None and row.alias:
+        table.aliasing.add(key)
+    else:
+        table.aliasing.discard(key)
 
 
 def _serve_bool_with_u8(table: KernelTable) -> None:

@@ -128,6 +128,8 @@ class Tensor(LogicalMethods, InPlaceMethods):
     # ---- host conversion ---------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """The values as a numpy array (a read-only view of cpu memory, a copy otherwise)."""
+        if ops.dispatch.observer is not None:
+            ops.dispatch.observer.read(self)
         if self._dtype.is_bool:  # backends see bool as u8 (the same bytes)
             return self._device.backend.to_numpy(self._storage, self._layout, _u8).view(np.bool_)
         return self._device.backend.to_numpy(self._storage, self._layout, self._dtype)

@@ -19,45 +19,60 @@ def _op(name: str, x, compute, *operands):
     return _ops().apply_inplace(name, x, compute, *operands)
 
 
+def _ew(name: str, x, op: str, compute, *operands):
+    """The elementwise method ``x.op(*operands)`` written into x (compute: the same, out of place): its
+    kernel writes straight into x's memory where it may."""
+    return _ops().elementwise_(name, x, op, compute, *operands)
+
+
+def _unary_(x, op: str):
+    """``x.op_()`` for a unary op."""
+    return _ew(op + "_", x, op, lambda t: getattr(t, op)())
+
+
+def _clamp(t, lo, hi):
+    return t.clamp(lo, hi)
+
+
 class InPlaceMethods:
     __slots__ = ()
 
     # ---- arithmetic ---------------------------------------------------------------------------
     def add_(self, other, alpha=1):
         """self += other * alpha."""
-        return _op("add_", self, lambda t, o: t + (o if alpha == 1 else o * alpha), other)
+        return _ew("add_", self, "add", lambda t, o: t + o, other if alpha == 1 else other * alpha)
 
     def sub_(self, other, alpha=1):
-        return _op("sub_", self, lambda t, o: t - (o if alpha == 1 else o * alpha), other)
+        return _ew("sub_", self, "sub", lambda t, o: t - o, other if alpha == 1 else other * alpha)
 
     def mul_(self, other):
-        return _op("mul_", self, lambda t, o: t * o, other)
+        return _ew("mul_", self, "mul", lambda t, o: t * o, other)
 
     def div_(self, other):
-        return _op("div_", self, lambda t, o: t / o, other)
+        return _ew("div_", self, "div", lambda t, o: t / o, other)
 
     def floor_divide_(self, other):
         return _op("floor_divide_", self, lambda t, o: t // o, other)
 
     def pow_(self, exponent):
-        return _op("pow_", self, lambda t, e: t ** e, exponent)
+        return _ew("pow_", self, "pow", lambda t, e: t ** e, exponent)
 
     def neg_(self):
-        return _op("neg_", self, lambda t: -t)
+        return _ew("neg_", self, "neg", lambda t: -t)
 
     def abs_(self):
-        return _op("abs_", self, lambda t: abs(t))
+        return _ew("abs_", self, "abs", lambda t: abs(t))
 
     def clamp_(self, min=None, max=None):
-        return _op("clamp_", self, lambda t, lo, hi: t.clamp(lo, hi), min, max)
+        return _ew("clamp_", self, "clamp", _clamp, min, max)
 
     clip_ = clamp_
 
     def clamp_min_(self, min):
-        return _op("clamp_min_", self, lambda t, lo: t.clamp(lo, None), min)
+        return _ew("clamp_min_", self, "clamp", _clamp, min, None)
 
     def clamp_max_(self, max):
-        return _op("clamp_max_", self, lambda t, hi: t.clamp(None, hi), max)
+        return _ew("clamp_max_", self, "clamp", _clamp, None, max)
 
     def __iadd__(self, other):
         return self.add_(other)
@@ -85,31 +100,31 @@ class InPlaceMethods:
 
     # ---- activations and maths ----------------------------------------------------------------------
     def relu_(self):
-        return _op("relu_", self, lambda t: t.relu())
+        return _unary_(self, "relu")
 
     def sigmoid_(self):
-        return _op("sigmoid_", self, lambda t: t.sigmoid())
+        return _unary_(self, "sigmoid")
 
     def tanh_(self):
-        return _op("tanh_", self, lambda t: t.tanh())
+        return _unary_(self, "tanh")
 
     def exp_(self):
-        return _op("exp_", self, lambda t: t.exp())
+        return _unary_(self, "exp")
 
     def log_(self):
-        return _op("log_", self, lambda t: t.log())
+        return _unary_(self, "log")
 
     def sqrt_(self):
-        return _op("sqrt_", self, lambda t: t.sqrt())
+        return _unary_(self, "sqrt")
 
     def round_(self):
-        return _op("round_", self, lambda t: t.round())
+        return _unary_(self, "round")
 
     def floor_(self):
-        return _op("floor_", self, lambda t: t.floor())
+        return _unary_(self, "floor")
 
     def ceil_(self):
-        return _op("ceil_", self, lambda t: t.ceil())
+        return _unary_(self, "ceil")
 
     # ---- writes -------------------------------------------------------------------------------------
     def zero_(self):

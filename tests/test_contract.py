@@ -140,8 +140,10 @@ def test_conformance_on_a_device_that_is_not_installed_is_one_usage_error():
 
 # Gradient kernels themselves: differentiating through them again raises (their OpDef has no backward).
 _NO_BACKWARD = {"conv2d_backward_weight", "max_pool2d_backward", "avg_pool2d_backward"}
-# Quantized blocks are integers: no gradient reaches them or comes out of them (qmatmul's reaches x).
-_BLOCKS = {"quantize", "dequantize", "qembedding", "qpack"}
+# Quantized blocks are integers: no gradient reaches them or comes out of them (qmatmul's reaches x);
+# nor does one reach the u8 activations and int8 weights of the int8 products.
+_BLOCKS = {"quantize", "dequantize", "qembedding", "qpack", "quantize_u8_params", "quantize_u8", "pack_int8_panels",
+           "matmul_int8"}
 
 
 def test_every_differentiable_builtin_op_has_a_backward():
@@ -164,3 +166,21 @@ def test_a_gradient_through_an_op_without_backward_raises():
     gx = dispatch.apply(dispatch.OPS["max_pool2d_backward"], x, g, params=(1, 1, 4, 4, 2, 2, 2, 2, 0, 0, 1, 1, 2, 2, 1))
     with pytest.raises(c.CandleError, match="'max_pool2d_backward' has no backward"):
         gx.sum_all().backward()
+
+
+def test_a_kernel_writes_over_its_input_only_where_its_row_and_its_set_allow():
+    cpu = c.get_device("cpu")
+    assert ("add", c.f32) in cpu.aliasing and ("matmul", c.f32) not in cpu.aliasing  # matmul's row has no alias
+    add = cpu.kernels[("add", c.f32)]
+
+    class Plain:
+        @hookimpl
+        def candle_api_kernels(self, device_type):
+            return KernelSet({("add", "f32"): add}, priority=9) if device_type == "cpu" else None
+
+    name = c.register_plugin(Plain(), "plain")
+    try:  # a set that does not declare aliasing: its kernel gets fresh memory
+        assert ("add", c.f32) not in cpu.aliasing and ("sub", c.f32) in cpu.aliasing
+    finally:
+        c.unregister_plugin(name)
+    assert ("add", c.f32) in cpu.aliasing

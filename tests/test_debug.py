@@ -90,3 +90,29 @@ def test_shadow_from_the_environment():
             "print(type(d.observer).__name__)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert proc.stdout.strip() == "_Chain"
+
+
+class _WrongIndices:
+    """A topk kernel whose values are right and whose indices are not."""
+
+    def __init__(self):
+        self.good = c.get_device("cpu").kernels[("topk_last", c.f32)]
+
+    @hookimpl
+    def candle_api_kernels(self, device_type):
+        def topk_last(out, x, lx, indices, k, largest):
+            self.good(out, x, lx, indices, k, largest)
+            ctypes.memset(indices.ptr, 0, 4)
+
+        return KernelSet({("topk_last", "f32"): topk_last}, priority=9) if device_type == "cpu" else None
+
+
+def test_shadow_checks_every_output_of_a_kernel():
+    name = c.register_plugin(_WrongIndices(), "wrong_indices")
+    try:
+        x = c.Tensor([[1.0, 3.0, 2.0]])
+        with c.shadow("ref"), pytest.raises(c.ShadowMismatchError) as info:
+            x.topk(2)
+        assert str(info.value).startswith("topk_last (f32) on cpu, kernel of plugin wrong_indices: at index (0, 0)")
+    finally:
+        c.unregister_plugin(name)

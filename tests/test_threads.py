@@ -44,6 +44,8 @@ def workload(seed: int) -> list[np.ndarray]:
         img.conv2d(kernel, padding=1).max_pool2d(2).numpy(),
         c.functional.layer_norm(big, c.ones(384), c.zeros(384)).numpy(),
         big.to_dtype("f16").to_dtype("f32").mean(1).numpy(),
+        big.sort(-1, descending=True).indices.numpy(),  # rows spread over the threads
+        big.topk(7, dim=0).indices.numpy(),
     ]
 
 

@@ -3,7 +3,7 @@ device Protocol (:mod:`.device`). docs/backend-contract.md is generated from
 them (``python -m candle_api.contract.docs``)."""
 
 from .device import BackendDevice, Storage, missing_members
-from .table import ALL, BY_NAME, CONTRACT_VERSION, FLOATS, ROWS, KernelRow
+from .table import ACTIVATIONS, ALL, BY_NAME, CONTRACT_VERSION, FLOATS, ROWS, KernelRow
 
-__all__ = ["BackendDevice", "Storage", "missing_members", "ALL", "BY_NAME", "CONTRACT_VERSION", "FLOATS", "ROWS",
-           "KernelRow"]
+__all__ = ["BackendDevice", "Storage", "missing_members", "ACTIVATIONS", "ALL", "BY_NAME", "CONTRACT_VERSION",
+           "FLOATS", "ROWS", "KernelRow"]

@@ -73,10 +73,13 @@ def render() -> str:
     for name, text in (("nbytes", "size in bytes"), ("writable", "False for memory the caller may not change "
                                                                   "(in-place ops refuse such storages)")):
         out.append(f"- `{name}`: {text}")
-    out += ["", "Host backends also expose `ptr` (the address), which DLPack export reads.", "",
+    out += ["", "Host backends also expose `ptr` (the address), which DLPack export reads. A storage takes weak "
+            "references (a class with `__slots__` lists `__weakref__`): the core keeps its version counters of "
+            "in-place writes by storage, and drops them with it.", "",
             "## Kernels", "",
-            "`candle_api_kernels(device_type)` returns `KernelSet({(name, dtype): kernel}, priority)`; for each "
-            "key the highest priority wins, so a plugin can override another's kernels one by one. Dtypes "
+            "`candle_api_kernels(device_type)` returns `KernelSet({(name, dtype): kernel}, priority, "
+            "aliasing=False)`; for each key the highest priority wins, so a plugin can override another's "
+            "kernels one by one (`aliasing`: see the rules above). Dtypes "
             "\"floats\" are bf16 f16 f32 f64; \"all\" adds u8 u32 i16 i32 i64. A row listing bool needs no "
             "bool kernel: where a backend registers none, the core serves bool (one byte, 0 or 1) with the "
             "backend's u8 kernel, and it never passes bool to a backend as a dtype argument.", ""]
@@ -89,7 +92,8 @@ def render() -> str:
             need = "yes" if r.required else f"no: {r.without}"
             since = f" (since v{r.since})" if r.since > 1 else ""
             dtypes = _DTYPE_SETS.get(r.dtypes, " ".join(r.dtypes))
-            out.append(f"| `{r.name}`{since} | `{_cell(r.call)}` | {dtypes} | {_cell(need)} | {_cell(r.notes)} |")
+            notes = "; ".join(n for n in (r.notes, r.alias and f"out may be {' or '.join(r.alias)}") if n)
+            out.append(f"| `{r.name}`{since} | `{_cell(r.call)}` | {dtypes} | {_cell(need)} | {_cell(notes)} |")
         out.append("")
     out += [
         "### custom ops",

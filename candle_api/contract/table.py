@@ -16,6 +16,15 @@ output storage. A kernel raises :class:`~candle_api.errors.KernelError` (or
 "out of range for a dimension"); it must be thread-safe, and its result must
 not depend on the number of threads.
 
+Out aliasing an input. A row's ``alias`` names the inputs its ``out`` may be:
+the core passes an input's own storage as ``out`` (an in-place op, ``x.add_(y)``
+or ``x.exp_()``, written without a second pass) only when that input's
+layout is out's (contiguous from the storage's first element, every element
+read at the position it is written), the other inputs do not share the
+storage, and the kernel set that serves the row declares it takes this
+(``KernelSet.aliasing``). Such a kernel must give the result it gives with a
+separate out. Other rows never see out in an input's memory.
+
 The table is versioned. ``CONTRACT_VERSION`` grows when rows are added; a row
 records the version that added it (``since``), and a backend declares the
 version it implements (``BackendSpec.contract_version``). On a backend older
@@ -63,6 +72,7 @@ class KernelRow:
     without: str = ""        # optional rows: what runs on a device without the kernel
     since: int = 1           # the contract version that added the row
     notes: str = ""
+    alias: tuple = ()        # the inputs out may be (see "out aliasing an input" above)
 
     @property
     def args(self) -> tuple:
@@ -75,36 +85,53 @@ def _rows(family, call, dtypes, names, **kw) -> list:
     return [KernelRow(n, family, call, dtypes, **kw) for n in names.split()]
 
 
+#: The activations a product with packed weights applies to its result (the ``act``
+#: argument of the panels rows), with the meaning of their ``alpha`` and ``beta``.
+ACTIVATIONS = {
+    "none": "x",
+    "relu": "maximum(x, 0)",
+    "leaky_relu": "x if x > 0 else alpha * x",
+    "clip": "minimum(maximum(x, alpha), beta)",
+    "sigmoid": "1 / (1 + exp(-x))",
+    "hard_sigmoid": "clip(alpha * x + beta, 0, 1)",
+    "hard_swish": "x * clip(x / 6 + 1 / 2, 0, 1)",
+    "tanh": "tanh(x)",
+    "gelu_erf": "x / 2 * erfc(-x / sqrt(2))",
+    "silu": "x * sigmoid(x)",
+}
+
 UNARY = "k(out, x, lx)"
 PARAM = "k(out, x, lx, p0, p1)"
 BINARY = "k(out, a, la, b, lb)"
+ON_X = dict(alias=("x",))  # elementwise rows whose out may be x, or a or b (see the module doc)
+ON_AB = dict(alias=("a", "b"))
 
 ROWS: tuple = tuple([
     # ---- elementwise --------------------------------------------------------------------------
-    *_rows("unary", UNARY, ALL, "abs neg sign ceil floor round trunc"),
+    *_rows("unary", UNARY, ALL, "abs neg sign ceil floor round trunc", **ON_X),
     *_rows("unary", UNARY, FLOATS, "recip sqrt exp expm1 log log1p sin cos tan asin acos atan sinh cosh tanh "
-                                   "asinh acosh atanh erf"),
+                                   "asinh acosh atanh erf", **ON_X),
     # Composites that lose accuracy in the tail when built from the rows above in a float's own precision
     # (1 + erf(x), the rounding of x^3 in the exponent): every backend computes them, as in Candle.
     KernelRow("gelu", "unary", UNARY, FLOATS,
-              notes="the tanh approximation, x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))"),
-    KernelRow("gelu_erf", "unary", UNARY, FLOATS, notes="x / 2 * erfc(-x / sqrt(2))"),
-    KernelRow("sqr", "unary", UNARY, ALL, False, "x * x"),
-    KernelRow("relu", "unary", UNARY, ALL, False, "maximum(x, 0)"),
-    KernelRow("rsqrt", "unary", UNARY, FLOATS, False, "recip(sqrt(x))"),
-    KernelRow("sigmoid", "unary", UNARY, FLOATS, False, "recip(exp(-x) + 1)"),
-    KernelRow("silu", "unary", UNARY, FLOATS, False, "x * sigmoid(x)"),
+              notes="the tanh approximation, x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))", **ON_X),
+    KernelRow("gelu_erf", "unary", UNARY, FLOATS, notes="x / 2 * erfc(-x / sqrt(2))", **ON_X),
+    KernelRow("sqr", "unary", UNARY, ALL, False, "x * x", **ON_X),
+    KernelRow("relu", "unary", UNARY, ALL, False, "maximum(x, 0)", **ON_X),
+    KernelRow("rsqrt", "unary", UNARY, FLOATS, False, "recip(sqrt(x))", **ON_X),
+    KernelRow("sigmoid", "unary", UNARY, FLOATS, False, "recip(exp(-x) + 1)", **ON_X),
+    KernelRow("silu", "unary", UNARY, FLOATS, False, "x * sigmoid(x)", **ON_X),
     KernelRow("softplus", "unary", UNARY, FLOATS, False, "where(x > 20, x, maximum(x, 0) + log1p(exp(-abs(x))))",
-              notes="log(1 + exp(x)), x itself above 20"),
-    KernelRow("affine", "param", PARAM, ALL, notes="x * p0 + p1 (integers: computed exactly, then wrapped)"),
-    KernelRow("powf", "param", PARAM, FLOATS, notes="x ** p0"),
-    KernelRow("elu", "param", PARAM, FLOATS, notes="x if x > 0 else p0 * (exp(x) - 1)"),
-    KernelRow("leaky_relu", "param", PARAM, FLOATS, False, "where(x > 0, x, x * p0)"),
+              notes="log(1 + exp(x)), x itself above 20", **ON_X),
+    KernelRow("affine", "param", PARAM, ALL, notes="x * p0 + p1 (integers: computed exactly, then wrapped)", **ON_X),
+    KernelRow("powf", "param", PARAM, FLOATS, notes="x ** p0", **ON_X),
+    KernelRow("elu", "param", PARAM, FLOATS, notes="x if x > 0 else p0 * (exp(x) - 1)", **ON_X),
+    KernelRow("leaky_relu", "param", PARAM, FLOATS, False, "where(x > 0, x, x * p0)", **ON_X),
     KernelRow("clamp", "param", PARAM, ALL, False, "minimum(maximum(x, p0), p1) with scalars",
-              notes="p0 <= x <= p1 (either bound may be infinite); NaN propagates"),
+              notes="p0 <= x <= p1 (either bound may be infinite); NaN propagates", **ON_X),
     *_rows("binary", BINARY, ALL, "add sub mul div maximum minimum pow rem fmod",
            notes="la.shape == lb.shape (the core broadcasts with zero strides); integer division truncates "
-                 "and raises KernelError on zero; maximum/minimum propagate NaN"),
+                 "and raises KernelError on zero; maximum/minimum propagate NaN", **ON_AB),
     *_rows("compare", BINARY, WITH_BOOL, "eq ne lt le gt ge", notes="out is u8 (0 or 1)"),
     KernelRow("where", "select", "k(out, c, lc, t, lt, f, lf)", WITH_BOOL,
               notes="keyed by the values' dtype; c is u8 or bool (the same bytes: nonzero picks t); all three "
@@ -138,6 +165,17 @@ ROWS: tuple = tuple([
               notes="as scatter, adding; duplicate ids accumulate"),
     KernelRow("index_add", "index", "k(out, x, lx, ids, lids, ids_dtype, src, lsrc, dim)", ALL,
               notes="out is x with src's slices added at ids along dim; ids 1-d contiguous from lids.offset"),
+    # ---- sorting along the last dim (two outputs: the core allocates both) ------------------------------
+    KernelRow("sort_last", "sort", "k(out, x, lx, indices, descending)", WITH_BOOL, False,
+              "a bitonic network of comparisons and where over each row padded to a power of two, then gather",
+              since=3,
+              notes="out (..., n) the values in x's dtype, indices (..., n) u32, both contiguous; x any strides; "
+                    "the stable order (equal values keep their index order, descending too); -0.0 equals 0.0; "
+                    "NaN is above every number (last ascending, first descending), as PyTorch orders"),
+    KernelRow("topk_last", "sort", "k(out, x, lx, indices, k, largest)", WITH_BOOL, False,
+              "sort_last's decomposition, then the first k", since=3,
+              notes="the first k (0 < k <= n) of sort_last's order, descending when largest: out (..., k) and "
+                    "indices (..., k) u32, contiguous"),
     # ---- convolution, pooling, resampling ------------------------------------------------------------
     *_rows("conv", "k(out, x, lx, w, lw, params)", FLOATS, "conv2d conv_transpose2d",
            notes="params = (b, c_in, h, w, c_out, kh, kw, sh, sw, ph, pw, dh, dw, groups, oh, ow, oph, opw); "
@@ -224,6 +262,39 @@ ROWS: tuple = tuple([
     KernelRow("qmatmul_packed", "quantized", "k(out, x, lx, packed, lpacked, qtype, n)", ("f32",), False,
               "the blocks unpacked (the reference NumPy unpacking), then qmatmul", since=3,
               notes="as qmatmul, W given by qpack's output"),
+    # ---- products with weights packed once (panels of 16 rows) ----------------------------------------------
+    KernelRow("pack_panels", "panels", "k(out, w, lw)", ("f32",), False, "pad, reshape and transpose", since=3,
+              notes="out (batch, ceil(rows / 16), depth, 16) from w (batch, rows, depth), any strides: "
+                    "out[b, p, d, i] = w[b, 16 p + i, d], 0 past the last row"),
+    KernelRow("linear_panels", "panels", "k(out, x, lx, wp, lwp, bias, lbias, n, act, alpha, beta)", ("f32",),
+              False, "the weights unpacked, matmul, add and the activation", since=3,
+              notes="out (..., n) = act(x (..., k) @ M^T + bias), wp = pack_panels(M (1, n, k)); the rows of x "
+                    "have one stride (leading dims merge); bias None or (n,) contiguous; act one of ACTIVATIONS"),
+    KernelRow("conv2d_panels", "panels",
+              "k(out, x, lx, wp, lwp, bias, lbias, res, lres, params, act, alpha, beta, scale, shift)", ("f32",),
+              False, "the weights unpacked, conv2d, add, the activation and affine", since=3,
+              notes="out = act(conv2d(x, w) + bias + res) * scale + shift; wp = pack_panels of w (c_out, c_in / groups, kh, kw) "
+                    "seen as (groups, c_out / groups, c_in / groups * kh * kw), or for a depthwise w (one input and "
+                    "one output channel per group) as (1, c_out, kh * kw); params as conv2d's; bias None or "
+                    "(c_out,) contiguous; res None or contiguous shaped as out"),
+    # ---- int8 products of quantized models (u8 activations, int8 weights packed once) -------------------
+    KernelRow("quantize_u8_params", "int8", "k(out, x, lx)", ("f32",), False, "min, max and arithmetic", since=3,
+              notes="out (2,) f32 = [scale, zero point] of ONNX DynamicQuantizeLinear over x contiguous: the range "
+                    "widened to include 0, scale (max - min) / 255 (1 for an all-zero x), zero point "
+                    "round_half_even(clamp(-min / scale, 0, 255)); a NaN in x raises"),
+    KernelRow("quantize_u8", "int8", "k(out, x, lx, params, lparams)", ("f32",), False,
+              "divide, round, add and clamp", since=3,
+              notes="out u8 = clamp(round_half_even(x / params[0]) + params[1], 0, 255), x contiguous"),
+    KernelRow("pack_int8_panels", "int8", "k(out, w, lw)", ("u8", "i16"), False, "reshape, transpose and sums",
+              since=3, notes="w (k, n) int8 weights (u8 stored minus 128; i16 holding -128..127) as s8 bytes in "
+                             "panels of 16 columns, each column's 4 consecutive k together: out u8 (ceil(n/16) * "
+                             "ceil(k/4) * 64 + ceil(n/16) * 64,), the int32 column sums after the panels"),
+    KernelRow("matmul_int8", "int8", "k(out, a, la, a_zp, la_zp, bp, lbp, b_zp, lb_zp, a_scale, la_scale, "
+              "b_scale, lb_scale, bias, lbias, n)", ("u8",), False, "the weights unpacked, a float64 matmul",
+              since=3, notes="out (..., n) = (a (..., k) u8 contiguous - a_zp) @ (B - b_zp), B = the packed "
+                             "weights: i32 without scales, else f32 times a_scale[0] * b_scale (one or n) plus "
+                             "bias (n); a_zp None or one u8, b_zp None, one or n i32 in the stored (signed) "
+                             "domain; k <= 65536; exact integer sums"),
     KernelRow("sgd_step", "optim", "k(p, lp, g, lg, buf, lbuf, lr, weight_decay, momentum, dampening, nesterov, "
               "first)", FLOATS, False, "the same update from elementwise ops",
               notes="writes p and buf; buf None without momentum"),

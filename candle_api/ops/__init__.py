@@ -8,5 +8,5 @@ decomposition into other ops run as that decomposition, on the same device.
 
 from . import (  # noqa: F401
     core, creation, elementwise, shape, reduce, linalg, indexing, conv, nn, formatting, custom, optim, quantized,
-    sorting, predicates, masking, einsum,
+    sorting, predicates, masking, einsum, rnn, panels, int8,
 )

@@ -37,43 +37,50 @@ def _batched(op: str, x: Tensor, rank: int) -> tuple[Tensor, bool]:
 
 def _conv(op: str, x: Tensor, w: Tensor, padding, stride, dilation, groups, transposed: bool,
           output_padding=(0, 0)) -> Tensor:
-    check_tensor(op, x)
     check_tensor(op, w, "kernel")
     same_dtype(op, x, w)
     same_device(op, x, w)
-    require_float(op, x)
-    x, unbatched = _batched(op, x, 4)
     if w.rank != 4:
         raise ShapeError(f"{op}: the kernel must be 4-d, got {w.shape}")
+    x, unbatched, params = conv_params(op, x, w.shape, padding, stride, dilation, groups, transposed, output_padding)
+    result = apply(CONV_TRANSPOSE2D if transposed else CONV2D, x, w, params=params)
+    return result.squeeze(0) if unbatched else result
+
+
+def conv_params(op: str, x: Tensor, kernel_shape: tuple, padding, stride, dilation, groups, transposed: bool = False,
+                output_padding=(0, 0)) -> tuple:
+    """(x batched, whether it was not, the 18 params of the conv kernels) for a 2-d
+    convolution of x by a kernel of kernel_shape (cout, cin / groups, kh, kw), or
+    (cin, cout / groups, kh, kw) when transposed; ShapeError when they do not fit."""
+    check_tensor(op, x)
+    require_float(op, x)
+    x, unbatched = _batched(op, x, 4)
     (ph, pw), (sh, sw), (dh, dw) = _pair(padding, "padding"), _pair(stride, "stride"), _pair(dilation, "dilation")
     oph, opw = _pair(output_padding, "output_padding")
     if min(sh, sw, dh, dw) < 1 or min(ph, pw, oph, opw) < 0 or groups < 1:
         raise ShapeError(f"{op}: stride and dilation must be >= 1, padding >= 0, groups >= 1")
     b, cin, h, wd = x.shape
-    kh, kw = w.shape[2:]
+    kh, kw = kernel_shape[2:]
     if transposed:
-        if w.shape[0] != cin:
-            raise ShapeError(f"{op}: kernel {w.shape} expects {w.shape[0]} input channels, the input has {cin}")
-        cout = w.shape[1] * groups
+        if kernel_shape[0] != cin:
+            raise ShapeError(f"{op}: kernel {kernel_shape} expects {kernel_shape[0]} input channels, the input has {cin}")
+        cout = kernel_shape[1] * groups
         oh = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
         ow = (wd - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
         if oph >= max(sh, dh) or opw >= max(sw, dw):
             raise ShapeError(f"{op}: output_padding must be smaller than stride or dilation")
     else:
-        cout = w.shape[0]
-        if cin != w.shape[1] * groups:
-            raise ShapeError(
-                f"{op}: input has {cin} channels but the kernel {w.shape} with {groups} group(s) expects {w.shape[1] * groups}"
-            )
+        cout = kernel_shape[0]
+        if cin != kernel_shape[1] * groups:
+            raise ShapeError(f"{op}: input has {cin} channels but the kernel {kernel_shape} with {groups} group(s) "
+                             f"expects {kernel_shape[1] * groups}")
         oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
         ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     if cin % groups or cout % groups:
         raise ShapeError(f"{op}: channels ({cin} in, {cout} out) must divide by groups={groups}")
     if oh <= 0 or ow <= 0:
-        raise ShapeError(f"{op}: input {x.shape} is too small for kernel {w.shape} (output would be {oh}x{ow})")
-    params = (b, cin, h, wd, cout, kh, kw, sh, sw, ph, pw, dh, dw, groups, oh, ow, oph, opw)
-    result = apply(CONV_TRANSPOSE2D if transposed else CONV2D, x, w, params=params)
-    return result.squeeze(0) if unbatched else result
+        raise ShapeError(f"{op}: input {x.shape} is too small for kernel {kernel_shape} (output would be {oh}x{ow})")
+    return x, unbatched, (b, cin, h, wd, cout, kh, kw, sh, sw, ph, pw, dh, dw, groups, oh, ow, oph, opw)
 
 
 def _conv_prepare(x, w, params):

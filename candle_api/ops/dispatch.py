@@ -45,7 +45,8 @@ def define(op: OpDef) -> OpDef:
 
 class Observer:
     """What :func:`apply` tells the trace and the shadow check
-    (:mod:`candle_api.debug`). Installed as :data:`observer`."""
+    (:mod:`candle_api.debug`) and the recorded runs of the ONNX evaluator.
+    Installed as :data:`observer`."""
 
     def active(self) -> bool:
         """False while the observer's own work runs (its ops are not observed)."""
@@ -61,6 +62,10 @@ class Observer:
 
     def crossed(self, source, target, nbytes: int) -> None:
         """A tensor was copied from one device to another."""
+
+    def read(self, tensor) -> None:
+        """The tensor's values are read on the host (``Tensor.numpy()``, and so
+        ``item()``, ``tolist()``...): what a recorded run must guard on."""
 
 
 #: The installed observer, or None (the common case).

@@ -138,6 +138,14 @@ def binary_any(op: str, x: Tensor, other, reflected: bool = False) -> Tensor:
         return binary(op, other, x) if reflected else binary(op, x, other)
     if not isinstance(other, numbers.Number):
         return NotImplemented
+    kind, name, args = _scalar_call(op, x, other, reflected)
+    return _RUN[kind](name, *args)
+
+
+def _scalar_call(op: str, x: Tensor, other, reflected: bool) -> tuple:
+    """(kind, kernel, arguments) computing x op other (other op x when reflected) for a scalar other: one
+    affine kernel for +, - and *, the square root or powf for a float power, else the binary op with the
+    scalar as a 0-d tensor."""
     if x._dtype.is_int:
         _check_int_scalar(other, x._dtype)
     affine = _AFFINE.get((op, reflected))
@@ -145,14 +153,38 @@ def binary_any(op: str, x: Tensor, other, reflected: bool = False) -> Tensor:
     # scalars, and ones a half dtype rounds to infinity, take the tensor path (the scalar in the dtype).
     if (affine is not None and abs(other) < _AFFINE_LIMIT.get(x._dtype, 2**53)
             and has_kernel(x._device, "affine", x._dtype)):
-        mul, add = affine(float(other))
-        return param("affine", x, mul, add)
+        return ("param", "affine", (x, *affine(float(other))))
     if op == "pow" and not reflected and x._dtype.is_float:
         # x ** 0.5 is the square root, as NumPy and PyTorch take it (sqrt(-inf) is NaN where C's pow
         # gives +inf, and sqrt keeps the sign of -0.0)
-        return unary("sqrt", x) if other == 0.5 else param("powf", x, float(other), 0.0)
+        return ("unary", "sqrt", (x,)) if other == 0.5 else ("param", "powf", (x, float(other), 0.0))
     s = scalar(other, x._dtype, x._device)
-    return binary(op, s, x) if reflected else binary(op, x, s)
+    return ("binary", op, (s, x) if reflected else (x, s))
+
+
+def kernel_call(op: str, x: Tensor, *operands):
+    """The one kernel that computes the Tensor method ``x.op(*operands)`` (a
+    unary op; a binary op with a tensor or a scalar, the scalar taken as
+    :func:`binary_any` takes it; clamp with scalar bounds) as ``(OpDef,
+    inputs, params)`` for :func:`~.dispatch.apply`, or None where the method
+    takes more than one kernel. In-place ops run it into x's own memory."""
+    if op in UNARY:
+        return UNARY[op], (x,), {}
+    if op == "clamp":
+        lo, hi = operands
+        if isinstance(lo, Tensor) or isinstance(hi, Tensor):
+            return None
+        p0, p1 = _clamp_bounds(x, lo, hi)
+        return PARAM["clamp"], (x,), {"p0": float(p0), "p1": float(p1)}
+    (other,) = operands
+    if isinstance(other, Tensor):
+        return BINARY[op], (x, other), {}
+    if not isinstance(other, numbers.Number):
+        return None
+    kind, name, args = _scalar_call(op, x, other, False)
+    if kind == "param":
+        return PARAM[name], args[:1], {"p0": args[1], "p1": args[2]}
+    return (UNARY if kind == "unary" else BINARY)[name], args, {}
 
 
 def compare(op: str, x: Tensor, other) -> Tensor:
@@ -274,11 +306,16 @@ def clamp(x: Tensor, lo=None, hi=None) -> Tensor:
         if hi is not None:
             out = binary_any("minimum", out, hi)
         return out
+    return param("clamp", x, *_clamp_bounds(x, lo, hi))
+
+
+def _clamp_bounds(x: Tensor, lo, hi) -> tuple:
+    """clamp's kernel parameters for scalar bounds (None: unbounded)."""
     if x._dtype.is_int:  # the scalar rule: a bound the dtype cannot hold exactly is an error, not a rounding
         for bound in (lo, hi):
             if bound is not None:
                 _check_int_scalar(bound, x._dtype)
-    return param("clamp", x, -math.inf if lo is None else lo, math.inf if hi is None else hi)
+    return -math.inf if lo is None else lo, math.inf if hi is None else hi
 
 
 # ---- gradients ------------------------------------------------------------------------------
@@ -400,3 +437,4 @@ BINARY.update({name: define(OpDef(name, prepare=_binary_prepare(name, u8))) for 
 WHERE = define(OpDef("where", prepare=_where_prepare, backward=_where_backward, key=1))
 CAST = define(OpDef("cast", prepare=_cast_prepare, backward=lambda inputs, out, g, dtype: (cast(g, inputs[0]._dtype),),
                     scalars=("dtype",)))
+_RUN = {"param": param, "unary": unary, "binary": binary}  # _scalar_call's kinds

@@ -13,10 +13,16 @@ they keep, as PyTorch's do:
   recorded: the tensor takes the op's node, its old node feeding it, so
   gradients flow through the in-place op as through its out-of-place form.
 
-An op is computed out of place from the tensor's current values, then copied
-into its memory (any layout) by the copy kernel: every backend serves it, and
-operands that overlap the target are read before it is written. fill_,
-zero_ and copy_ of an untracked tensor write directly.
+An elementwise op (``add_``, ``mul_``, ``exp_``, ``clamp_``...) on a tensor
+autograd does not track runs its kernel straight into the tensor's memory
+when the tensor is contiguous from its storage's start, the kernel may write
+over its input (the contract row's ``alias`` and ``KernelSet.aliasing``) and
+no operand overlaps the tensor other than as the tensor itself: one pass
+over memory. Otherwise an op is computed out of place from the tensor's
+current values, then copied into its memory (any layout) by the copy kernel:
+every backend serves it, and operands that overlap the target are read
+before it is written. fill_, zero_ and copy_ of an untracked tensor write
+directly.
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ from ..layout import normalize_dim
 from ..tensor import Tensor
 from .core import check_tensor, make
 from .creation import fill_ as _fill_kernel, full, rand, randn, zeros
+from . import dispatch
 from .dispatch import check_writable
-from .elementwise import cast, where
+from .elementwise import cast, kernel_call, where
 from .indexing import getitem, masked_index, picked_index, scatter
 from .shape import cat, copy, copy_into
 
@@ -86,6 +93,43 @@ def apply_inplace(op: str, x: Tensor, compute, *operands) -> Tensor:
         if out._node is not None:
             out._node.rebases = versions.rebases(x._storage)
     return x
+
+
+def elementwise_(name: str, x: Tensor, op: str, compute, *operands) -> Tensor:
+    """``x.op(*operands)`` written into x (``name``: the in-place method):
+    the op's one kernel run into x's memory where it may be (see the module
+    doc), else :func:`apply_inplace` with ``compute(x, *operands)``, the same
+    op out of place."""
+    if not _tracked(x, *operands) and dispatch.observer is None:  # a trace or shadow sees apply() run
+        _check_target(name, x)
+        call = kernel_call(op, x, *operands)
+        if call is not None and _into(x, *call):
+            versions.bump(x)
+            return x
+    return apply_inplace(name, x, compute, *operands)
+
+
+def _into(x: Tensor, op, inputs: tuple, params: dict) -> bool:
+    """Runs op's kernel with x's storage as its output, when the kernel may
+    write over x (False when it may not: nothing is written)."""
+    lay, dev = x._layout, x._device
+    if not lay.contiguous or lay.offset or not lay.numel or (op.name, x._dtype) not in dev.aliasing:
+        return False
+    for t in inputs:  # an operand in x's memory but elsewhere than x's own layout would be overwritten first
+        if t is not x and (t._layout != lay if t._storage is x._storage else _overlap(t._storage, x._storage)):
+            return False
+    shape, dtype, args = op.prepare(*inputs, **params)
+    if shape != lay.shape or dtype is not x._dtype:  # an operand broadcasts past x: apply_inplace says so
+        return False
+    dev.kernels[(op.name, x._dtype)](x._storage, *args)
+    return True
+
+
+def _overlap(a, b) -> bool:
+    """Whether two storages' host memory intersects (numpy views or DLPack imports of one buffer; a
+    storage without an address shares memory with no other)."""
+    pa, pb = getattr(a, "ptr", None), getattr(b, "ptr", None)
+    return pa is not None and pb is not None and pa < pb + b.nbytes and pb < pa + a.nbytes
 
 
 def _tracked(*tensors) -> bool:

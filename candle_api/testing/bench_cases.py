@@ -181,6 +181,42 @@ def _powf(dtype="f32", size=1 << 20) -> BenchCase:
                      numpy=lambda x: x ** np.float32(2.5), torch=lambda torch, x: x ** 2.5, kernel=f"powf/{dtype}")
 
 
+def _sorting(quick=False) -> list:
+    """Stable sorts and top-k along the last dim, values and indices, against NumPy's stable argsort (with
+    argpartition for top-k) and PyTorch's sort(stable=True) and topk."""
+
+    def np_sort(x):
+        idx = np.argsort(x, axis=-1, kind="stable")
+        return np.take_along_axis(x, idx, -1), idx
+
+    def np_topk(k):
+        def run(x):
+            part = np.argpartition(-x, k - 1, axis=-1)[..., :k]
+            order = np.take_along_axis(part, np.argsort(-np.take_along_axis(x, part, -1), -1, kind="stable"), -1)
+            return np.take_along_axis(x, order, -1), order
+
+        return run
+
+    def make(shape, dtype):
+        if dtype == "i64":
+            return lambda rng: (rng.integers(-(1 << 62), 1 << 62, shape),)
+        return lambda rng: (_values(rng, shape, dtype),)
+
+    def sort_case(rows, n, dtype="f32"):
+        return BenchCase(f"sort {dtype} {rows}x{n}", "sorting", make((rows, n), dtype),
+                         candle=lambda x: x.sort(-1), numpy=np_sort,
+                         torch=lambda torch, x: torch.sort(x, dim=-1, stable=True), kernel=f"sort_last/{dtype}",
+                         quick=quick)
+
+    def topk_case(k, rows, n):
+        return BenchCase(f"topk {k} f32 {rows}x{n}", "sorting", lambda rng: (_values(rng, (rows, n)),),
+                         candle=lambda x: x.topk(k), numpy=np_topk(k), torch=lambda torch, x: torch.topk(x, k),
+                         kernel="topk_last/f32", quick=quick)
+
+    return [sort_case(1, 32768), sort_case(1, 1 << 20), sort_case(512, 1024), sort_case(1, 1 << 20, "i64"),
+            topk_case(50, 1, 32768), topk_case(50, 64, 32000), topk_case(1000, 1, 1 << 20)]
+
+
 def _overhead() -> list:
     """The cost of one op on tiny tensors: dispatch, allocation, the call."""
     make = lambda rng: (_values(rng, (4,)), _values(rng, (4,)))  # noqa: E731
@@ -204,5 +240,6 @@ def standard_cases() -> list[BenchCase]:
         _qmatmul(1, quick=True), _qmatmul(64),
         _unary("exp", quick=True), _unary("exp", "f64"), _unary("log", lo=0.01, hi=4.0), _unary("tanh", quick=True),
         _unary("erf"), _unary("sin"), _unary("cos"), _unary("sqrt", lo=0.0, hi=4.0), _powf(),
+        *_sorting(),
         *_overhead(),
     ]

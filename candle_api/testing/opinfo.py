@@ -815,4 +815,4 @@ op("sgd_step", lambda p, g, b: _sgd_call(p, g, b, False), lambda p, g, b: _sgd_r
 op("sgd_step_nesterov", lambda p, g, b: _sgd_call(p, g, b, True), lambda p, g, b: _sgd_ref(p, g, b, True),
    ("f32", "f64"), _optim_samples(3), tol_scale=4, grad=False, kernel="sgd_step")
 
-from . import opinfo_rnn  # noqa: E402,F401  (the recurrent layers' cases join OPS)
+from . import opinfo_rnn, opinfo_sort  # noqa: E402,F401  (the recurrent layers' and sorting cases join OPS)

@@ -17,7 +17,7 @@ from candle_api.dtype import NUMERIC_DTYPES
 from candle_api.errors import BackendUnavailableError, IndexOutOfRangeError, KernelError
 
 LIB_NAME = "libcandle_cpu.so"
-ABI_VERSION = 3
+ABI_VERSION = 6
 #: Set to load another build of the library (a sanitizer build in CI, say).
 ENV_OVERRIDE = "CANDLE_CPU_LIB"
 
@@ -70,6 +70,7 @@ SIGNATURES = {
     "cd_sdpa": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_void_p, c_double]),
     "cd_rnn": (c_int, [c_int32, c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
                         c_void_p, c_void_p, c_void_p, c_void_p, c_double]),
+    "cd_sort": (c_int, [c_int32, c_char_p, c_void_p, c_int64, c_int32, c_void_p, c_void_p]),
     "cd_adamw": (c_int, [c_int32, c_int64, c_void_p, c_void_p, c_void_p, c_void_p, c_char_p]),
     "cd_sgd": (c_int, [c_int32, c_int64, c_void_p, c_void_p, c_void_p, c_char_p, c_int32, c_int32]),
     "cd_quantize": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p]),
@@ -78,6 +79,16 @@ SIGNATURES = {
     "cd_qpack": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p]),
     "cd_qmatmul_packed": (c_int, [c_int32, c_int64, c_int64, c_int64, c_void_p, c_void_p, c_void_p]),
     "cd_qembedding": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_int32, c_int64, c_void_p, c_void_p]),
+    "cd_pack_panels": (c_int, [c_int32, c_char_p, c_void_p, c_void_p]),
+    "cd_linear_panels": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_double,
+                                 c_double]),
+    "cd_conv2d_panels": (c_int, [c_int32, c_char_p, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                 c_int32, c_double, c_double, c_double, c_double]),
+    "cd_quantize_u8_params": (c_int, [c_int64, c_void_p, c_void_p]),
+    "cd_quantize_u8": (c_int, [c_int64, c_void_p, c_void_p, c_void_p]),
+    "cd_pack_int8_panels": (c_int, [c_int32, c_char_p, c_void_p, c_void_p]),
+    "cd_matmul_int8": (c_int, [c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                               c_void_p]),
     "cd_random": (c_int, [c_int32, c_int32, c_int64, c_void_p, c_uint64, c_uint64, c_double, c_double]),
 }
 
@@ -120,15 +131,16 @@ def load():
 
 
 def _declare(lib, path: Path) -> None:
-    for name, (restype, argtypes) in SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.restype = restype
-        fn.argtypes = argtypes
-    version = lib.cd_abi_version()
+    lib.cd_abi_version.restype, lib.cd_abi_version.argtypes = c_int, []
+    version = lib.cd_abi_version()  # first: an older library lacks the newer functions
     if version != ABI_VERSION:
         raise BackendUnavailableError(
             f"{path} has ABI version {version}, this candle-backend-cpu expects {ABI_VERSION}: reinstall the plugin"
         )
+    for name, (restype, argtypes) in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
     names = lib.cd_names(b"dtypes").decode().rstrip(",").split(",")
     expected = [d.name for d in sorted(NUMERIC_DTYPES, key=lambda d: d.code)]
     if names != expected:

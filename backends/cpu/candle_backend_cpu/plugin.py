@@ -2,8 +2,9 @@
 
 from candle_api.hooks import BackendSpec, KernelSet, hookimpl
 
-#: BackendSpec.variants came with hook API 3: an older candle-api refuses this plugin by name.
-CANDLE_API_HOOK_VERSION = 3
+#: KernelSet.aliasing came with hook API 4 (BackendSpec.variants with 3): an older candle-api refuses
+#: this plugin by name.
+CANDLE_API_HOOK_VERSION = 4
 
 
 def _availability() -> tuple[bool, str]:
@@ -52,7 +53,7 @@ def candle_api_backends():
             description="C kernels (libcandle_cpu)",
             details=_details,
             variants=_variants,
-            contract_version=3,  # with the quantized (2), recurrent layer and packed quantized (3) rows
+            contract_version=3,  # with the quantized (2), recurrent layer, panels, int8 and packed quantized (3) rows
         )
     ]
 
@@ -63,4 +64,4 @@ def candle_api_kernels(device_type: str):
         return None
     from .kernels import build_kernels
 
-    return KernelSet(build_kernels(), priority=0)
+    return KernelSet(build_kernels(), priority=0, aliasing=True)  # elementwise loops read each element first

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from candle_api.contract.helpers import read_layout
 from candle_api.errors import DeviceError, UnsupportedDTypeError
 from candle_api.layout import Layout
 
@@ -30,7 +31,7 @@ class WgpuStorage:
     ``host``: the bytes a small upload put there, until a kernel writes in
     place (None otherwise)."""
 
-    __slots__ = ("buffer", "capacity", "nbytes", "writable", "device", "host")
+    __slots__ = ("buffer", "capacity", "nbytes", "writable", "device", "host", "__weakref__")
 
     def __init__(self, device, buffer, capacity: int, nbytes: int):
         self.device, self.buffer, self.capacity, self.nbytes = device, buffer, capacity, nbytes
@@ -76,23 +77,11 @@ class WgpuDevice:
         return storage, None
 
     def to_numpy(self, storage: WgpuStorage, layout: Layout, dtype) -> np.ndarray:
-        """A copy of the layout's elements: the bytes they span are read back
-        (a strided copy on the device first when they span much more)."""
-        shape = layout.shape
-        if layout.numel == 0:
-            return np.empty(shape, dtype.np)
-        lo, end = layout.span()
-        isz = dtype.itemsize
-        if end - lo > 2 * layout.numel + 1024:  # a sparse view of a big buffer: gather it first
-            from .memory import contiguous
+        """A copy of the layout's elements (read_layout)."""
+        from .memory import contiguous
 
-            storage, layout = contiguous(storage, layout, dtype), Layout.contig(shape)
-            lo, end = 0, layout.numel
-        raw = self.gpu.download(storage.buffer, lo * isz, (end - lo) * isz)
-        flat = raw.view(dtype.np)
-        strides = tuple(s * isz for s in layout.strides)
-        view = np.lib.stride_tricks.as_strided(flat[layout.offset - lo:], shape, strides, writeable=False)
-        return np.array(view)
+        return read_layout(storage, layout, dtype, lambda s, offset, n: self.gpu.download(s.buffer, offset, n),
+                           contiguous)
 
     def wrap(self, ptr: int, nbytes: int, owner):
         raise DeviceError(f"{self.name}: wrapping foreign memory is not supported (WebGPU buffers are not "

@@ -11,8 +11,7 @@ Each family module maps a row's name to a maker: ``maker(dtype) -> kernel``
 
 from __future__ import annotations
 
-from candle_api.contract import ROWS
-from candle_api.dtype import get_dtype
+from candle_api.contract.helpers import kernel_table
 
 from . import CONTRACT_VERSION, DTYPES, conv, elementwise, fused, index, matmul, memory, quantized, reduce
 
@@ -22,11 +21,4 @@ MAKERS = {**elementwise.KERNELS, **memory.KERNELS, **reduce.KERNELS, **matmul.KE
 
 def build_kernels() -> dict:
     """{(op, dtype name): kernel}; a maker answers None for a dtype it leaves to the decomposition."""
-    table = {}
-    for row in ROWS:
-        if row.since <= CONTRACT_VERSION and row.name in MAKERS:
-            for d in row.dtypes:
-                kernel = MAKERS[row.name](get_dtype(d)) if d in DTYPES else None
-                if kernel is not None:
-                    table[(row.name, d)] = kernel
-    return table
+    return kernel_table(MAKERS, CONTRACT_VERSION, DTYPES)

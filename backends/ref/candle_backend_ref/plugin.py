@@ -6,9 +6,9 @@ from candle_api.hooks import BackendSpec, KernelSet, hookimpl
 
 from . import CONTRACT_VERSION
 
-#: BackendSpec.contract_version and dtypes came with hook API 2: an older candle-api refuses
-#: this plugin by name instead of failing obscurely.
-CANDLE_API_HOOK_VERSION = 2
+#: KernelSet.aliasing came with hook API 4 (BackendSpec.contract_version and dtypes with 2): an older
+#: candle-api refuses this plugin by name instead of failing obscurely.
+CANDLE_API_HOOK_VERSION = 4
 
 
 def _open(index: int):
@@ -44,4 +44,5 @@ def candle_api_kernels(device_type: str):
         return None
     from .kernels import build_kernels
 
-    return KernelSet(build_kernels())
+    # aliasing: every elementwise kernel reads its inputs whole before it writes out
+    return KernelSet(build_kernels(), aliasing=True)

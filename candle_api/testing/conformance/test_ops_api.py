@@ -1,5 +1,6 @@
-"""The ops composed from the contract's kernels (sorting, einsum, masks,
-predicates, norms, floor division...): every dtype and layout against NumPy,
+"""The ops composed from the contract's kernels (einsum, masks, predicates,
+norms, floor division...; sorting's table cases are in
+candle_api.testing.opinfo_sort): every dtype and layout against NumPy,
 gradients against finite differences, and their errors."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from candle_api.testing.conformance import table_tests
 from candle_api.testing.opinfo import (
     ALL, FLOATS, NONSCALAR, Index, OpInfo, Sample, shape_for, simple, values,
 )
+from candle_api.testing.opinfo_sort import tied_values
 
 GRAD_FREE = dict(grad=False)
 
@@ -31,69 +33,6 @@ def _u32(_):
 
 def _u8(_):
     return u8
-
-
-# ---- sorting ---------------------------------------------------------------------------------
-
-
-def _stable_order(x, dim, descending):
-    """NumPy's stable order with NaN above every number, descending when asked."""
-    x = np.moveaxis(np.asarray(x, dtype=np.float64), dim, -1)
-    nan = np.isnan(x)
-    key = np.where(nan, 0.0, x)
-    idx = np.broadcast_to(np.arange(x.shape[-1]), x.shape)
-    if descending:
-        order = np.lexsort((idx, -key, ~nan), axis=-1) if x.size else idx
-    else:
-        order = np.lexsort((idx, key, nan), axis=-1) if x.size else idx
-    return np.moveaxis(order, -1, dim)
-
-
-def _ties(rng, dtype, layout, base=(3, 9)):
-    """Values from a small pool (ties), NaN among the floats."""
-    dt = get_dtype(dtype)
-    pool = np.array([-1.5, 0.0, 2.0, np.nan, np.inf, -np.inf] if dt.is_float else [0, 1, 2, 7]).astype(dt.np)
-    return rng.choice(pool, size=shape_for(layout, base))
-
-
-def _sort_samples(with_ties):
-    def gen(rng, dtype, layout):
-        if with_ties:
-            x = _ties(rng, dtype, layout)
-        else:  # distinct values: a gradient at a tie has no single answer
-            x = values(rng, dtype, shape_for(layout, (3, 9)))
-        dims = (-1,) if layout == "scalar" or not with_ties else (-1, 0)
-        return [Sample([x], {"dim": d, "descending": desc}) for d in dims for desc in (False, True)]
-
-    return gen
-
-
-def _sorted_ref(x, dim, descending):
-    return x if x.ndim == 0 else np.take_along_axis(x, _stable_order(x, dim, descending), dim)
-
-
-def _order_ref(x, dim, descending):
-    return np.zeros((), np.uint32) if x.ndim == 0 else _stable_order(x, dim, descending)
-
-
-def _topk_samples(rng, dtype, layout):
-    x = _ties(rng, dtype, layout) if dtype != "f64" else values(rng, dtype, shape_for(layout, (3, 9)))
-    out = []
-    for dim in ((-1,) if x.ndim == 0 else (-1, 0)):
-        size = x.shape[dim] if x.ndim else 1
-        for k in sorted({0, min(2, size), size}):
-            out += [Sample([x], {"k": k, "dim": dim, "largest": largest}) for largest in (True, False)]
-    return out
-
-
-def _topk_ref(part):
-    def ref(x, k, dim, largest):
-        if x.ndim == 0:
-            return x if part == 0 else np.zeros((), np.uint32)
-        order = np.take(_stable_order(x, dim, largest), np.arange(k), dim)
-        return np.take_along_axis(x, order, dim) if part == 0 else order
-
-    return ref
 
 
 # ---- shapes and masks ----------------------------------------------------------------------------------
@@ -237,7 +176,7 @@ def _floordiv_samples(rng, dtype, layout):
 
 def _pool_ties(rng, dtype, layout):
     """Pooling inputs from a few values (ties in most windows), NaNs among the floats."""
-    x = _ties(rng, dtype, layout, (0 if layout == "empty" else 2, 3, 6, 7)) if layout != "scalar" else None
+    x = tied_values(rng, dtype, layout, (0 if layout == "empty" else 2, 3, 6, 7)) if layout != "scalar" else None
     if get_dtype(dtype).is_float:
         x = np.where(np.isinf(x), 1.0, x).astype(x.dtype)  # -inf padding would tie with -inf values
     return [Sample([x], dict(kernel=2, stride=2, padding=0)), Sample([x], dict(kernel=3, stride=1, padding=1)),
@@ -254,21 +193,6 @@ OPS = [
                                                                                   return_indices=True)[1],
            _pool_argmax_ref, tuple(d for d in ALL if d != "i64"), _pool_ties, NONSCALAR, out_dtype=_u32,
            **GRAD_FREE),  # the dtypes of the max_pool2d kernel, which gives the values
-    OpInfo("sort", lambda x, **k: x.sort(**k).values, _sorted_ref, ALL, _sort_samples(False)),
-    OpInfo("sort_ties", lambda x, **k: c.sort(x, **k)[0], _sorted_ref, ALL, _sort_samples(True), **GRAD_FREE),
-    OpInfo("sort_indices", lambda x, **k: x.sort(**k).indices, _order_ref, ALL, _sort_samples(True),
-           out_dtype=_u32),
-    OpInfo("argsort", lambda x, **k: x.argsort(**k, stable=True), _order_ref, ALL, _sort_samples(True),
-           out_dtype=_u32),
-    OpInfo("sort_last_dim", lambda x, dim, descending: x.sort_last_dim(not descending)[0], _sorted_ref, ALL,
-           lambda rng, dt, lay: [s for s in _sort_samples(True)(rng, dt, lay) if s.kwargs["dim"] == -1],
-           NONSCALAR, **GRAD_FREE),
-    OpInfo("arg_sort_last_dim", lambda x, dim, descending: x.arg_sort_last_dim(asc=not descending), _order_ref, ALL,
-           lambda rng, dt, lay: [s for s in _sort_samples(True)(rng, dt, lay) if s.kwargs["dim"] == -1],
-           NONSCALAR, out_dtype=_u32),
-    OpInfo("topk", lambda x, **k: x.topk(**k).values, _topk_ref(0), ALL, _topk_samples),
-    OpInfo("topk_indices", lambda x, **k: c.topk(x, **k).indices, _topk_ref(1), ALL, _topk_samples,
-           out_dtype=_u32),
     OpInfo("einsum", lambda *xs, eq: c.einsum(eq, *xs), _einsum_ref, ALL, _einsum_samples, NONSCALAR, tol_scale=4),
     OpInfo("tril", lambda x, diagonal: x.tril(diagonal), lambda x, diagonal: np.tril(x, diagonal), ALL,
            _tri_samples, NONSCALAR),

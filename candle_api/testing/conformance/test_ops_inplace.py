@@ -222,6 +222,25 @@ def test_gradients_flow_through_in_place_ops(candle_device):
     np.testing.assert_allclose(b.grad.numpy(), alive * 2 * np.array([1.0, -2.0, 3.0]))
 
 
+def test_storages_take_weak_references(candle_device):
+    """The version counters of in-place writes live in the core, keyed by storage, and go with it
+    (candle_api.autograd.versions): a storage that takes no weak reference leaves its counts to the
+    next storage at its address."""
+    import gc
+    import weakref
+
+    from candle_api.autograd import versions
+
+    t = c.zeros((4,), device=candle_device)
+    ref = weakref.ref(t._storage)
+    t.add_(1)
+    key = id(t._storage)
+    assert versions._COUNTS[key][0] == 1
+    del t
+    gc.collect()
+    assert ref() is None and key not in versions._COUNTS
+
+
 def test_a_saved_tensor_changed_in_place_is_refused(candle_device):
     a = _t(candle_device, [1.0, 2.0], "f64").requires_grad_()
     y = a.exp()           # exp's backward reads its output
@@ -232,6 +251,11 @@ def test_a_saved_tensor_changed_in_place_is_refused(candle_device):
     w = z * z             # mul's backward reads its inputs
     z.mul_(2)
     with pytest.raises(InPlaceError, match="version 1; it was at version 0"):
+        w.sum_all().backward()
+    x = _t(candle_device, [3.0, 4.0], "f64")
+    w = x * a             # x is no graph's, but mul's backward reads it
+    x.add_(1)             # written straight into x's memory where the kernel may: counted all the same
+    with pytest.raises(InPlaceError, match="modified by an in-place operation"):
         w.sum_all().backward()
     z = a * 1.0
     s = z + a             # add's backward reads no values: the write does not matter to it
@@ -285,3 +309,77 @@ def test_random_fills_and_mask_assignments(candle_device):
     n = _t(candle_device, [7, -7], "i32")
     n //= 2
     assert n.values() == [3, -4]
+
+
+# ---- kernels that write over their input ------------------------------------------------------------------
+
+
+def _operands(rng, op, dtype, n):
+    """x (the aliased input) and another operand for op: positive values, divisors from 1."""
+    dt = c.get_dtype(dtype)
+    lo, hi = (0.1, 3.0) if op not in ("asin", "acos", "atanh") else (-0.9, 0.9)
+    if op == "acosh":
+        lo, hi = 1.1, 3.0
+    if dt.is_float:
+        return [rng.uniform(lo, hi, n).astype(dt.np) for _ in range(2)]
+    return [rng.integers(1, 6, n).astype(dt.np) for _ in range(2)]
+
+
+def test_kernels_that_may_write_over_an_input_do_so_exactly(candle_device):
+    """Every (op, dtype) whose kernel the device lets write over an input
+    (contract rows with ``alias``, a kernel set declaring ``aliasing``) gives,
+    with out in that input's memory, the result it gives into fresh memory:
+    lengths that end vector loops early and ones the threads split."""
+    from candle_api.contract import BY_NAME
+    from candle_api.ops.dispatch import OPS, apply
+    from candle_api.ops.creation import from_array
+
+    device = get_device(candle_device)
+    rng = np.random.default_rng(11)
+    checked = 0
+    for name, dtype in sorted(device.aliasing, key=lambda k: (k[0], str(k[1]))):
+        op, params = OPS[name], {"p0": 0.5, "p1": 2.0} if BY_NAME[name].family == "param" else {}
+        for n in (5, 1000, 40001):
+            a, b = (from_array(v, dtype, device) for v in _operands(rng, name, str(dtype), n))
+            scalar = from_array(b.numpy()[:1].reshape(()), dtype, device)
+            cases = [(0, (a,))] if len(BY_NAME[name].alias) == 1 else [
+                (0, (a, b)), (1, (b, a)), (0, (a, a)), (0, (a, scalar))]
+            for target, inputs in cases:
+                want = apply(op, *inputs, **params).numpy()
+                inputs = tuple(t.copy() if t is inputs[target] else t for t in inputs)
+                x = inputs[target]
+                aliased = tuple(x if t is inputs[target] else t for t in inputs)
+                _shape, _dtype, args = op.prepare(*aliased, **params)
+                device.kernels[(name, dtype)](x._storage, *args)
+                np.testing.assert_array_equal(x.numpy(), want, err_msg=f"{name} {dtype} n={n} out = input {target}")
+                checked += 1
+    assert checked or not device.aliasing
+
+
+def test_in_place_writes_go_straight_into_the_tensor_where_they_may(candle_device, monkeypatch):
+    """x.add_(y), x.mul_(2) and x.exp_() on a contiguous x allocate nothing on
+    a device whose kernels may write over their input (one pass); an operand
+    elsewhere in x's memory (the same storage, or another over the same
+    host buffer), or a target at an offset, takes the two-pass path, with the
+    same values."""
+    device = get_device(candle_device)
+    x = _t(candle_device, np.arange(6.0).reshape(2, 3))
+    one = _t(candle_device, [1.0, 1.0, 1.0])
+    storage, allocs, alloc = x._storage, [], device.alloc
+    monkeypatch.setattr(device, "alloc", lambda n: allocs.append(n) or alloc(n))
+    x.add_(one).mul_(2).exp_()
+    monkeypatch.undo()
+    np.testing.assert_allclose(x.numpy(), np.exp((np.arange(6.0).reshape(2, 3) + 1) * 2), rtol=1e-6)
+    assert x._storage is storage
+    direct = all((op, c.f32) in device.aliasing for op in ("add", "affine", "exp"))
+    assert (not allocs) == direct, f"allocations {allocs} (kernels writing over their input: {direct})"
+    y = _t(candle_device, [1.0, 2.0, 3.0, 4.0])
+    y.add_(y.flip(0))                        # overlaps y other than as y: read whole before the write
+    assert y.values() == [5.0, 5.0, 5.0, 5.0]
+    z = _t(candle_device, [1.0, 2.0, 3.0, 4.0])
+    z[1:].mul_(z[:3])                        # an offset target, an overlapping operand
+    assert z.values() == [1.0, 2.0, 6.0, 12.0]
+    base = np.arange(8.0, dtype=np.float32)
+    u, v = c.from_numpy(base[1:7], candle_device), c.from_numpy(base[0:6], candle_device)
+    u.add_(v)                                # two storages over one buffer where the device shares numpy's memory
+    assert u.values() == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]

@@ -18,9 +18,10 @@ from functools import partial
 from candle_api.errors import DTypeError, FormatError
 from candle_api.hooks import FormatSpec, hookimpl
 
-_LAZY = {"ONNXModel": "model", "InferenceSession": "model", "TensorDescription": "model", "RunOptions": "plan",
-         "UnsupportedNodeError": "errors", "NodeError": "errors", "RunInterruptedError": "errors",
-         "supported_ops": "registry"}
+_LAZY = {"ONNXModel": "model", "InferenceSession": "session", "TensorDescription": "model", "RunOptions": "plan",
+         "SessionOptions": "session", "GraphOptimizationLevel": "session", "get_available_providers": "session",
+         "ProviderError": "session", "UnsupportedNodeError": "errors", "NodeError": "errors",
+         "RunInterruptedError": "errors", "supported_ops": "registry"}
 INSTALL_HINT = "the ONNX evaluator needs the onnx package: pip install './formats[onnx]' (in a checkout of candle-api)"
 
 

@@ -1,5 +1,5 @@
-"""ONNXModel (candle-pyo3's names) and InferenceSession (onnxruntime's shape
-of API, NumPy in and out) over one compiled plan."""
+"""ONNXModel (candle-pyo3's names) over one compiled plan (InferenceSession,
+onnxruntime's shape of API, is in session.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from dataclasses import dataclass
 import numpy as np
 
 import candle_api as c
-from candle_api.errors import DTypeError
+from candle_api.errors import DTypeError, ShapeError
 
 from . import loader
 from .dtypes import OnnxType, UnsupportedTypeError, from_numpy_dtype, natural, onnx_type, type_name
 from .helpers import tensor_from_array, to_numpy
 from .plan import Compiler, Plan, RunOptions, watched
+from .replay import Replays
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,16 @@ class ONNXModel:
     memory-mapped, or read into memory with ``mmap=False`` (for files other
     programs may truncate: reading a truncated map kills the process with
     SIGBUS). Names follow candle-pyo3's ``candle.onnx.ONNXModel``.
+
+    ``optimization_level`` is onnxruntime's GraphOptimizationLevel (0: the
+    nodes as the file has them, 1: constant folding and the simplest
+    fusions, 2 and up: every fusion and packed weights; see session.py);
+    ``recorded_runs`` replays the kernel calls of a run for later runs with
+    inputs of the same shapes (replay.py).
     """
 
-    def __init__(self, source, device="cpu", check: bool = True, fold_constants: bool = True, mmap: bool = True):
+    def __init__(self, source, device="cpu", check: bool = True, fold_constants: bool = True, mmap: bool = True,
+                 optimization_level: int = 99, recorded_runs: bool = True):
         proto, path = loader.read_model(source)
         if check:
             loader.check(proto, path)
@@ -74,8 +82,10 @@ class ONNXModel:
         inferred = loader.infer(proto)
         functions = {(f.domain, f.name): f for f in proto.functions}
         compiler = Compiler({o.domain: o.version for o in proto.opset_import}, self.device, functions,
-                            self._read, self._to_device, fold_constants)
+                            self._read, self._to_device, fold_constants and optimization_level > 0,
+                            optimization_level)
         self.plan: Plan = compiler.graph(inferred.graph)
+        self._replays = Replays(self.plan) if recorded_runs else None
         defaults = {t.name for t in proto.graph.initializer}
         self._inputs = {vi.name: _describe(vi) for vi in proto.graph.input if vi.name not in defaults}
         self._outputs = {vi.name: _describe(vi) for vi in proto.graph.output}
@@ -145,6 +155,8 @@ class ONNXModel:
 
     def _run(self, inputs: Mapping, options: RunOptions | None) -> list:
         feeds = self._feeds(inputs)
+        if options is None and self._replays is not None:
+            return self._replays.run(feeds)
         with watched(options):
             return self.plan.run(feeds)
 
@@ -168,15 +180,27 @@ class ONNXModel:
         t = from_numpy_dtype(arr.dtype)
         if declared is not None and declared.code != t.code:
             raise DTypeError(f"input {name!r} is {declared.name}, got a {arr.dtype} array")
+        self._check_shape(name, arr.shape)
         return self._check_tensor(name, self._to_device(arr, t))
 
     def _check_tensor(self, name: str, t):
-        """Dtypes must match the declaration; declared shapes are not enforced
-        (exported models often declare fixed dims their graphs do not need)."""
+        """The declared dtype, rank and fixed dims, as onnxruntime checks them (before any node runs)."""
         desc = self._inputs.get(name)
         if t is not None and desc is not None and desc.dtype is not None and t.dtype is not desc.dtype:
             raise DTypeError(f"input {name!r} ({desc.onnx_type}) needs a {desc.dtype} tensor, got {t.dtype}")
+        if t is not None:
+            self._check_shape(name, t.shape)
         return t
+
+    def _check_shape(self, name: str, shape: tuple) -> None:
+        desc = self._inputs.get(name)
+        if desc is None or desc.shape is None or desc.dtype is None:
+            return
+        declared = desc.shape
+        if len(shape) != len(declared) or any(isinstance(d, int) and d > 0 and d != n for d, n in zip(declared, shape)):
+            dims = ", ".join(str(d) if d is not None else "?" for d in declared)
+            raise ShapeError(f"input {name!r} is declared with shape ({dims}) (rank {len(declared)}), "
+                             f"got shape {tuple(shape)}")
 
     def _to_device(self, arr: np.ndarray, t: OnnxType | None = None):
         return tensor_from_array(arr, self.device, t)
@@ -187,20 +211,3 @@ class ONNXModel:
         if isinstance(value, list):
             return [self._export(v, declared) for v in value]
         return to_numpy(value, declared or natural(value.dtype))
-
-
-class InferenceSession:
-    """onnxruntime's InferenceSession shape of API on candle-api:
-    ``run(output_names, {name: array})`` returns a list of NumPy arrays."""
-
-    def __init__(self, source, device="cpu", **options):
-        self.model = ONNXModel(source, device=device, **options)
-
-    def get_inputs(self) -> list[TensorDescription]:
-        return list(self.model.inputs.values())
-
-    def get_outputs(self) -> list[TensorDescription]:
-        return list(self.model.outputs.values())
-
-    def run(self, output_names, input_feed: Mapping, run_options: RunOptions | None = None) -> list:
-        return self.model.run_numpy(input_feed, output_names, run_options)

@@ -147,3 +147,54 @@ def rotary_embedding(node, x, cos_cache, sin_cache, position_ids=None):
         rotated = c.cat([real, imag], -1)
     out = c.cat([rotated, rest], -1) if rest.shape[-1] else rotated
     return out.transpose(1, 2) if len(shape) == 4 else out.reshape(shape)
+
+
+def _heads(x, heads: int):
+    """(B, T, H * D) -> (B, H, T, D) in f32."""
+    b, t, hd = x.shape
+    if hd % heads:
+        raise ValueError(f"last dim {hd} is not a multiple of {heads} heads")
+    return x.to_dtype(c.f32).reshape(b, t, heads, hd // heads).transpose(1, 2)
+
+
+def _repeat_heads(state, group: int):
+    """(B, H, ...) -> (B, H * group, ...), each head repeated group times in a row."""
+    b, h, *rest = state.shape
+    return state.unsqueeze(2).broadcast_as((b, h, group, *rest)).contiguous().reshape(b, h * group, *rest)
+
+
+@op("LinearAttention", since=27)
+def linear_attention(node, query, key, value, past_state=None, decay=None, beta=None):
+    """The recurrent (linear) attention of opset 27: a (d_k, d_v) state per key
+    head, decayed (gated), corrected toward each value (delta) and written with
+    k v^T at every step, read by the queries; accumulated in f32."""
+    rule = node.get("update_rule", "gated_delta")
+    hq, hkv = node.get("q_num_heads"), node.get("kv_num_heads")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    if rule not in ("linear", "gated", "delta", "gated_delta") or not hq or not hkv or hq % hkv \
+            or gating != (decay is not None) or delta != (beta is not None):
+        raise node.fail(f"update_rule {rule!r} with {hq} query and {hkv} key heads, decay given: "
+                        f"{decay is not None}, beta given: {beta is not None}")
+    b, t, _ = query.shape
+    q, k, v = _heads(query, hq), _heads(key, hkv), _heads(value, hkv)
+    d_k, d_v = q.shape[-1], v.shape[-1]
+    if decay is not None:  # per head (B, T, H) or per key dim (B, T, H * d_k) -> (B, H, T, 1 or d_k)
+        decay = _heads(decay, hkv)
+    if beta is not None:  # (B, T, H or 1) -> (B, H or 1, T, 1)
+        beta = beta.to_dtype(c.f32).reshape(b, t, beta.shape[-1], 1).transpose(1, 2)
+    state = (past_state.to_dtype(c.f32) if past_state is not None
+             else c.zeros((b, hkv, d_k, d_v), dtype=c.f32, device=query.device))
+    scale = node.get("scale", 0.0) or 1.0 / math.sqrt(d_k)
+    outputs = []
+    for i in range(t):
+        k_t, v_t = k[:, :, i], v[:, :, i]
+        if gating:
+            state = state * decay[:, :, i].exp().unsqueeze(-1)
+        if delta:
+            retrieved = (state * k_t.unsqueeze(-1)).sum(2)
+            v_t = beta[:, :, i] * (v_t - retrieved)
+        state = state + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)
+        read = state if hq == hkv else _repeat_heads(state, hq // hkv)
+        outputs.append((q[:, :, i].unsqueeze(-1) * read).sum(2) * scale)
+    out = c.stack(outputs, 2).transpose(1, 2).reshape(b, t, hq * d_v).to_dtype(query.dtype)
+    return out, state.to_dtype(past_state.dtype if past_state is not None else query.dtype)

@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 
 import ml_dtypes
+import numpy as np
 
 import candle_api as c
 
 from .dtypes import BOOL, FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ, FLOAT8E8M0, MINIFLOATS, \
     UINT64, OnnxType, onnx_type
-from .helpers import const
+from .helpers import const, tensor_from_array, to_numpy
 from .registry import op
 
 _SATURATING = {FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ}  # types with a `saturate` choice
@@ -110,3 +111,16 @@ def _type_by_name(name: str) -> int:
     import onnx
 
     return onnx.TensorProto.DataType.Value(name.upper())
+
+
+@op("BitCast", since=26)
+def bit_cast(node, x):
+    """The same bits read as another type of the same width: the values go
+    through the host (as arrays of their ONNX types, where a bit view is a
+    NumPy view) and come back as the new type's tensor."""
+    src, dst = node.in_type(0, x), onnx_type(node["to"])
+    if np.dtype(src.np).itemsize != np.dtype(dst.np).itemsize:
+        raise node.fail(f"BitCast needs types of one width: {src.name} has {np.dtype(src.np).itemsize} bytes, "
+                        f"{dst.name} {np.dtype(dst.np).itemsize}")
+    bits = np.array(to_numpy(x, src), order="C").view(dst.np)  # ascontiguousarray would make 0-d 1-d
+    return tensor_from_array(bits, node.device, dst)

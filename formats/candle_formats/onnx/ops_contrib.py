@@ -13,14 +13,16 @@ import candle_api as c
 
 from .ops_attention import merge_heads, split_heads
 from .ops_norm import layer_norm, rms_norm
-from .ops_quant import _centered, dequantize_linear, dynamic_quantize_linear, quantize_linear
+from . import int8_products as int8
+from .int8_products import Int8Weights
+from .ops_quant import dequantize_linear, dynamic_quantize_linear, int8_sums, quantize_linear
 from .registry import MS_DOMAIN, op
 
 _NORM = {"axis": -1, "epsilon": 1e-5}
 
 
-def ms(*names: str, defaults: dict | None = None):
-    return op(*names, domain=MS_DOMAIN, defaults=defaults)
+def ms(*names: str, defaults: dict | None = None, pack=None):
+    return op(*names, domain=MS_DOMAIN, defaults=defaults, pack=pack)
 
 
 @ms("Gelu")
@@ -153,16 +155,24 @@ ms("DequantizeLinear", defaults={"axis": 1})(dequantize_linear)
 ms("DynamicQuantizeLinear")(dynamic_quantize_linear)
 
 
-@ms("MatMulIntegerToFloat")
-def matmul_integer_to_float(node, a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
-    acc = _centered(a, a_zero_point, -2) @ _centered(b, b_zero_point, -1)
+def _scaled(node, a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias):
+    """(a - a_zp) @ (b - b_zp) * a_scale * b_scale + bias: on the int8 kernel when b was packed."""
+    if isinstance(b, Int8Weights) and int8.takes(a, a_zero_point) and a_scale.numel() == 1 \
+            and a_scale.dtype == c.f32 and (bias is None or bias.dtype == c.f32):
+        return int8.matmul(a, a_zero_point, node.in_type(0, a), b, b_zero_point, a_scale, b_scale, bias)
+    acc = int8_sums(node, a, b, a_zero_point, b_zero_point)
     y = acc.to_dtype(a_scale.dtype) * a_scale * b_scale
     return y if bias is None else y + bias
 
 
-@ms("DynamicQuantizeMatMul")
+@ms("MatMulIntegerToFloat", pack=int8.pack_int8)
+def matmul_integer_to_float(node, a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
+    return _scaled(node, a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+
+
+@ms("DynamicQuantizeMatMul", pack=int8.pack_int8)
 def dynamic_quantize_matmul(node, a, b, b_scale, b_zero_point=None, bias=None):
     """a quantized to uint8 on the fly, then MatMulIntegerToFloat."""
     qa, a_scale, a_zero_point = dynamic_quantize_linear(node, a)
-    return matmul_integer_to_float(node, qa, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+    return _scaled(node, qa, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
 

@@ -11,6 +11,7 @@ from candle_api.ops.logical import bit_and
 
 from .helpers import bool_, const, floor_div, full, ints, scalar
 from .ops_cast import wrap_int
+from .packing import Panels, matmul_any, pack_matmul
 from .registry import op
 
 # ---- unary ------------------------------------------------------------------------------------
@@ -255,9 +256,9 @@ def swish(node, x):
 
 
 # ---- matrix products --------------------------------------------------------------------------
-@op("MatMul")
+@op("MatMul", pack=pack_matmul)
 def matmul(node, a, b):
-    return a @ b
+    return matmul_any(node, a, b) if isinstance(b, Panels) else a @ b
 
 
 @op("Gemm")

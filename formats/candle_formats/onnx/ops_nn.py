@@ -9,14 +9,20 @@ from the full output (ConvTranspose).
 from __future__ import annotations
 
 
+import math
+
+import candle_api as c
+from candle_api.ops import panels
+
 from .ops_tensor import pad
+from .packing import Panels, activation, pack_conv
 from .registry import op
 
 
-def conv_params(node, x, w):
+def conv_params(node, x, kernel_dims):
     """(pads as (begin, end) per spatial dim, strides, dilations) with auto_pad resolved."""
     n = x.rank - 2
-    kernel = node.get("kernel_shape") or list(w.shape[2:])
+    kernel = node.get("kernel_shape") or list(kernel_dims)
     strides = node.get("strides") or [1] * n
     dilations = node.get("dilations") or [1] * n
     auto = node.get("auto_pad", "NOTSET")
@@ -70,10 +76,39 @@ def _with_bias(y, bias):
     return y if bias is None else y + bias.reshape((1, -1) + (1,) * (y.rank - 2))
 
 
-@op("Conv")
+def conv_any(node, x, w, bias=None, z=None):
+    """act(conv(x, w) + bias + z) * output_scale + output_shift, on the packed panels when w is packed."""
+    act, alpha, beta = activation(node)
+    scale, shift = node.get("output_scale", 1.0), node.get("output_shift", 0.0)
+    pads, strides, dilations = conv_params(node, x, w.shape[2:])
+    if not isinstance(w, Panels):
+        y = _with_bias(conv(x, w, pads, strides, dilations, node.get("group", 1)), bias)
+        y = panels.activate(y if z is None else y + z, act, alpha, beta)
+        return y if scale == 1.0 and shift == 0.0 else y * scale + shift
+    one_d = x.rank == 3
+    if one_d:  # a 1-d convolution is a 2-d one over a height of 1
+        x, pads, strides, dilations = x.unsqueeze(2), [(0, 0), *pads], [1, *strides], [1, *dilations]
+        z = z.unsqueeze(2) if z is not None and z.rank == 3 else z
+    if any(b != e for b, e in pads):
+        x = pad(x, [(0, 0), (0, 0)] + list(pads))
+        pads = [(0, 0)] * len(pads)
+    shape4 = w.shape if len(w.shape) == 4 else (w.shape[0], w.shape[1], 1, w.shape[2])
+    begin = [b for b, _ in pads]
+    out = (x.shape[0], shape4[0], *[(n + 2 * p - d * (k - 1) - 1) // s + 1
+                                    for n, p, d, k, s in zip(x.shape[2:], begin, dilations, shape4[2:], strides)])
+    if z is not None and z.shape != out:  # a Z that broadcasts is added after
+        y = panels.conv2d_panels(x, w.tensor, shape4, bias, None, begin, strides, dilations, w.groups)
+        y = panels.activate(y + z, act, alpha, beta)
+        y = y if scale == 1.0 and shift == 0.0 else y * scale + shift
+    else:
+        y = panels.conv2d_panels(x, w.tensor, shape4, bias, z, begin, strides, dilations, w.groups, act, alpha, beta,
+                                 scale, shift)
+    return y.squeeze(2) if one_d else y
+
+
+@op("Conv", pack=pack_conv)
 def conv_op(node, x, w, bias=None):
-    pads, strides, dilations = conv_params(node, x, w)
-    return _with_bias(conv(x, w, pads, strides, dilations, node.get("group", 1)), bias)
+    return conv_any(node, x, w, bias)
 
 
 def _transpose_params(node, x, w):
@@ -136,8 +171,71 @@ def _transpose_full(x, w, strides, dilations, groups):
     return total
 
 
-@op("ConvTranspose")
-def conv_transpose_op(node, x, w, bias=None):
+def _tiles_blocks(node, kernel) -> bool:
+    """Whether a ConvTranspose puts one kernel-sized block per input pixel with no overlap
+    (stride = kernel, no padding, dilation or output padding, one group)."""
+    n = len(kernel)
+    return (list(node.get("strides") or [1] * n) == list(kernel) and not any(node.get("pads") or [])
+            and all(d == 1 for d in node.get("dilations") or [1]) and not any(node.get("output_padding") or [])
+            and not node.get("output_shape") and node.get("auto_pad", "NOTSET") == "NOTSET"
+            and node.get("group", 1) == 1)
+
+
+def pack_blocks(node, index: int, w):
+    """A 2-d ConvTranspose weight (cin, cout, kh, kw) whose blocks do not overlap, as the
+    weight of a 1x1 convolution with kw * cout * kh output channels: one product per pixel
+    gives every block, each column offset of the blocks a run of channels."""
+    if index != 1 or w.dtype != c.f32 or w.rank != 4 or not _tiles_blocks(node, w.shape[2:]):
+        return None
+    cin, cout, kh, kw = w.shape
+    return Panels(panels.conv_weights(w.permute(3, 1, 2, 0).contiguous().reshape(-1, cin, 1, 1), 1), w.shape)
+
+
+def _blocks(node, x, w: Panels, bias):
+    """act(ConvTranspose + bias) of non-overlapping blocks: the 1x1 product (n, kw * cout * kh, h, w),
+    then each column offset's (n, cout, kh, h, w) put in place (runs of w pixels)."""
+    n, cin, h, wd = x.shape
+    cout, kh, kw = w.shape[1:]
+    if bias is not None:
+        bias = bias.reshape(1, cout, 1).broadcast_as((kw, cout, kh)).contiguous().reshape(-1)
+    act, alpha, beta = activation(node)
+    y = panels.conv2d_panels(x, w.tensor, (kw * cout * kh, cin, 1, 1), bias, act=act, alpha=alpha, beta=beta)
+    cols = [y.narrow(1, j * cout * kh, cout * kh).reshape(n, cout, kh, h, wd).permute(0, 1, 3, 2, 4)
+            for j in range(kw)]
+    return c.stack(cols, -1).reshape(n, cout, h * kh, wd * kw)
+
+
+def conv_transpose_any(node, x, w, bias=None):
+    """act(ConvTranspose(x, w) + bias), on the packed blocks when w is packed."""
+    if isinstance(w, Panels):
+        if x.rank == 4 and x.dtype == c.f32:
+            return _blocks(node, x, w, bias)
+        cin, cout, kh, kw = w.shape
+        w = panels.unpack_panels(w.tensor, kw * cout * kh)[0].reshape(kw, cout, kh, cin).permute(3, 1, 2, 0)
     begin, target, strides, dilations, full = _transpose_params(node, x, w)
     y = conv_transpose(x, w, begin, target, strides, dilations, full, node.get("group", 1))
-    return _with_bias(y, bias)
+    return panels.activate(_with_bias(y, bias), *activation(node))
+
+
+@op("ConvTranspose", pack=pack_blocks)
+def conv_transpose_op(node, x, w, bias=None):
+    return conv_transpose_any(node, x, w, bias)
+
+
+@op("CausalConvWithState", since=27)
+def causal_conv_with_state(node, x, w, bias=None, past_state=None):
+    """A depthwise 1-d convolution over the past state and the input, and the new
+    state (the last k - 1 positions it saw), for streaming convolutions."""
+    act = node.get("activation", "none")
+    if act not in ("none", "silu", "swish") or x.rank != 3 or w.rank != 3:
+        raise node.fail(f"needs a (batch, channels, length) input and (channels, 1, k) weight, activation "
+                        f"none, silu or swish; got {x.shape}, {w.shape}, {act!r}")
+    batch, channels, _ = x.shape
+    k = w.shape[2]
+    if past_state is None:
+        past_state = c.zeros((batch, channels, k - 1), dtype=x.dtype, device=x.device)
+    padded = c.cat([past_state, x], 2)
+    y = _with_bias(conv(padded, w, [(0, 0)], [1], [1], channels), bias)
+    if act != "none":
+        y = y.to_dtype(c.f32).silu().to_dtype(x.dtype)
+    return y, padded.narrow(2, padded.shape[2] - (k - 1), k - 1)

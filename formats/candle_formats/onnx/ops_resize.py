@@ -137,6 +137,21 @@ def resize_axis(x, a: int, out: int, matrix: np.ndarray, outside, extrapolation:
     return y
 
 
+def _image_upsampling(x, sizes: list, scales: list, kernel: tuple, transform: str, roi) -> bool:
+    """Whether a nearest resize only repeats each pixel of an image's planes a whole
+    number of times (upsample_nearest2d's floor(dst * in / out))."""
+    if x.rank != 4 or roi or not x.dtype.is_float or sizes[:2] != list(x.shape[:2]):
+        return False
+    for d in (2, 3):
+        size, out = x.shape[d], sizes[d]
+        if not size or out % size:
+            return False
+        matrix, outside = axis_weights(size, out, scales[d], kernel, transform)
+        if (outside is not None and outside.any()) or not np.array_equal(matrix.argmax(1), np.arange(out) // (out // size)):
+            return False
+    return True
+
+
 def _saturate(y, dtype):
     if y.dtype == dtype:
         return y
@@ -175,6 +190,8 @@ def resize(node, x, scales: list[float] | None, sizes: list[int] | None, roi: li
         raise node.fail(f"unknown mode {mode!r}")
     kernel = (mode, rounding, bool(node.get("antialias", 0)), node.get("cubic_coeff_a", -0.75))
     source = x
+    if mode == "nearest" and _image_upsampling(x, full_sizes, full_scales, kernel, transform, full_roi):
+        return x.upsample_nearest2d(full_sizes[2], full_sizes[3])  # one pass on the kernel
     for d in range(rank):
         r = tuple(full_roi[d]) if full_roi else None
         if full_sizes[d] == x.shape[d] and math.isclose(full_scales[d], 1.0) and (r is None or r == (0.0, 1.0)):

@@ -39,7 +39,7 @@ def _activation(name: str, alpha, beta):
     return f
 
 
-def _activations(node, defaults: list[str], directions: int) -> list:
+def layer_activations(node, defaults: list[str], directions: int) -> list:
     """Per direction: None for the default activations (the fused layer ops), else the activation functions."""
     names = [_NAMES.get(n.lower(), n) for n in node.get("activations") or defaults * directions]
     alphas, betas = list(node.get("activation_alpha") or []), list(node.get("activation_beta") or [])
@@ -100,7 +100,7 @@ class _Layer:
 @op("RNN", since=7)
 def rnn(node, x, w, r, b=None, seq_lens=None, initial_h=None):
     layer = _Layer(node, x, r, b, 1, seq_lens, [initial_h])
-    acts = _activations(node, ["Tanh"], len(layer.reverse))
+    acts = layer_activations(node, ["Tanh"], len(layer.reverse))
     clip = layer.clip
     outs = []
     for d, reverse in enumerate(layer.reverse):
@@ -120,7 +120,7 @@ def rnn(node, x, w, r, b=None, seq_lens=None, initial_h=None):
 @op("GRU", since=7)
 def gru(node, x, w, r, b=None, seq_lens=None, initial_h=None):
     layer = _Layer(node, x, r, b, 3, seq_lens, [initial_h])
-    acts = _activations(node, ["Sigmoid", "Tanh"], len(layer.reverse))
+    acts = layer_activations(node, ["Sigmoid", "Tanh"], len(layer.reverse))
     lbr = bool(node.get("linear_before_reset", 0))
     outs = []
     for d, reverse in enumerate(layer.reverse):
@@ -137,7 +137,7 @@ def gru(node, x, w, r, b=None, seq_lens=None, initial_h=None):
 @op("LSTM", since=7)
 def lstm(node, x, w, r, b=None, seq_lens=None, initial_h=None, initial_c=None, p=None):
     layer = _Layer(node, x, r, b, 4, seq_lens, [initial_h, initial_c])
-    acts = _activations(node, ["Sigmoid", "Tanh", "Tanh"], len(layer.reverse))
+    acts = layer_activations(node, ["Sigmoid", "Tanh", "Tanh"], len(layer.reverse))
     couple = bool(node.get("input_forget", 0))
     outs = []
     for d, reverse in enumerate(layer.reverse):

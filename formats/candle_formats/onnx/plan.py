@@ -15,6 +15,7 @@ Loop and Scan iteration, so even a loop whose body has no node stops.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
@@ -26,20 +27,30 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, NodeProto
 
-from .dtypes import UnsupportedTypeError, onnx_type
+from .dtypes import UnsupportedTypeError, from_numpy_dtype, onnx_type
 from .errors import NodeError, RunInterruptedError, UnsupportedNodeError
 from .functions import body_opsets, inline, schema_function
+from .fusion import BASIC_RULES, RULES, Graph, drop_identities, fuse
 from .host_shapes import hoist
 from .registry import MS_DOMAIN, Node, canonical_domain, resolve
 
+#: the first element of the keys of packed weights in a plan's constants (the others: the
+#: weight's name, the pack hook, the node's groups)
+PACKED = "packed"
+#: onnxruntime's ORT_ENABLE_EXTENDED: the level from which every fusion runs and weights are packed
+EXTENDED = 2
+
 
 class Step:
-    __slots__ = ("fn", "node", "inputs", "outputs", "free", "reads", "foldable")
+    __slots__ = ("fn", "node", "inputs", "outputs", "free", "reads", "pure", "foldable", "pack")
 
-    def __init__(self, fn, node: Node, inputs: list[str], outputs: list[str], reads: set[str], foldable: bool):
+    def __init__(self, fn, node: Node, inputs: list[str], outputs: list[str], reads: set[str], pure: bool,
+                 foldable: bool, pack=None):
         self.fn, self.node, self.inputs, self.outputs = fn, node, inputs, outputs
         self.reads = reads          # inputs plus the outer names its subgraphs read
+        self.pure = pure            # same inputs, same outputs (not a random generator)
         self.foldable = foldable    # pure and without subgraphs: may run at planning time
+        self.pack = pack            # the op's pack hook (registry.py), or None
         self.free: list[str] = []
 
 
@@ -76,6 +87,8 @@ def _interrupted(node, reason: str) -> RunInterruptedError:
 
 #: the watch of the run in progress in this thread (None: no options)
 _WATCH: ContextVar[_Watch | None] = ContextVar("candle_onnx_run", default=None)
+#: the recorder of the run in progress in this thread (replay.py), or None
+RECORDER: ContextVar = ContextVar("candle_onnx_recorder", default=None)
 
 
 @contextmanager
@@ -119,10 +132,14 @@ class Plan:
             env[name] = outer[name]
         env.update(feeds)
         watch = _WATCH.get()
+        recorder = RECORDER.get()
         for step in self.steps:
             if watch is not None:
                 watch.check(step.node)
-            _store(env, step, _call(step, env))
+            if recorder is None:
+                store(env, step, call(step, env))
+            else:
+                recorder.step(step, env)
             for name in step.free:
                 del env[name]
         return [env[n] for n in self.outputs]
@@ -139,7 +156,7 @@ class Plan:
         return peak
 
 
-def _call(step: Step, env: dict):
+def call(step: Step, env: dict):
     """The step's outputs from the values in ``env``; an op's own error becomes one naming the node."""
     try:
         return step.fn(step.node, *[env[n] for n in step.inputs])
@@ -149,7 +166,7 @@ def _call(step: Step, env: dict):
         raise step.node.fail(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _store(env: dict, step: Step, out) -> None:
+def store(env: dict, step: Step, out) -> None:
     names = step.outputs
     if type(out) is not tuple:
         env[names[0]] = out
@@ -169,13 +186,15 @@ class Compiler:
     tensor the evaluator holds."""
 
     def __init__(self, opsets: dict[str, int], device, functions: dict, tensor: Callable,
-                 to_device: Callable, fold: bool = True):
+                 to_device: Callable, fold: bool = True, level: int = 99):
         self.opsets = {canonical_domain(d): v for d, v in opsets.items()}
         self.device = device
         self.functions = functions   # (domain, name) -> FunctionProto
         self.tensor = tensor
         self.to_device = to_device
         self.fold = fold
+        self.level = level           # onnxruntime's optimization level: the fusions (fusion.py) and packing
+        self._fused = itertools.count()
 
     def graph(self, graph: GraphProto, outer_types: dict | None = None, opsets: dict | None = None) -> Plan:
         opsets = opsets or self.opsets
@@ -205,10 +224,14 @@ class Compiler:
             else:
                 steps.append(step)
         outputs = [vi.name for vi in graph.output]
+        if self.level > 0:
+            steps = self._fuse(steps, constants, types, outputs, opsets)
         steps = _live_steps(steps, outputs)
+        packed = _pack(steps, constants) if self.level >= EXTENDED else {}
         host_constants, host_keys = hoist(steps, constants, outputs)
         needed = {n for s in steps for n in s.reads} | set(outputs)
         constants = {n: v for n, v in constants.items() if n in needed}
+        constants.update(packed)
         local = set(feeds) | set(defaults) | set(constants) | {n for s in steps for n in s.outputs}
         captures = sorted(n for n in needed if n and n not in local)
         missing = [n for n in captures if n not in outer]
@@ -258,12 +281,12 @@ class Compiler:
         # a node with subgraphs also receives the outer values they read, after its own inputs
         node.captures = sorted({n for plan in subplans for n in plan.captures})
         reads |= set(node.captures)
-        return Step(impl.fn, node, list(proto.input) + node.captures, list(proto.output), reads,
-                    impl.pure and not subplans)
+        return Step(impl.fn, node, list(proto.input) + node.captures, list(proto.output), reads, impl.pure,
+                    impl.pure and not subplans, impl.pack)
 
     def _attributes(self, proto: NodeProto, domain: str, opset: int, defaults: dict, types: dict,
                     opsets: dict) -> dict:
-        attrs = dict(defaults) if domain == MS_DOMAIN else dict(_schema_defaults(domain, proto.op_type, opset))
+        attrs = {**_schema_defaults(domain, proto.op_type, opset), **defaults}  # defaults: domains without schemas
         for a in proto.attribute:
             if a.ref_attr_name:
                 raise NodeError(proto.name, proto.op_type, proto.domain, opset,
@@ -285,6 +308,24 @@ class Compiler:
     def _constant(self, proto):
         return self.to_device(self.tensor(proto))
 
+    # ---- fusions ----
+    def _fuse(self, steps: list, constants: dict, types: dict, outputs: list, opsets: dict) -> list:
+        keep = set(outputs) | {n for s in steps for n in s.node.captures}
+        steps = drop_identities(steps, keep)
+
+        def add_constant(array: np.ndarray, hint: str) -> str:
+            name = f"{hint}::fused{next(self._fused)}"
+            constants[name] = self.to_device(array)
+            types[name] = from_numpy_dtype(array.dtype)
+            return name
+
+        def make_step(op_type: str, domain: str, inputs: list, outputs: list, attrs: dict, like: Step) -> Step:
+            proto = onnx.helper.make_node(op_type, inputs, outputs, name=like.node.name, domain=domain, **attrs)
+            return self._step(proto, opsets, types)
+
+        return fuse(Graph(steps, constants, keep, make_step, add_constant),
+                    RULES if self.level >= EXTENDED else BASIC_RULES)
+
     # ---- folding ----
     def _foldable(self, step: Step, constants: dict) -> bool:
         return self.fold and step.foldable and all(n in constants for n in step.reads)
@@ -292,7 +333,7 @@ class Compiler:
     def _fold(self, step: Step, constants: dict) -> None:
         env = {n: constants[n] for n in step.reads}
         env[""] = None
-        _store(env, step, _call(step, env))
+        store(env, step, call(step, env))
         for name in step.outputs:
             if name:
                 constants[name] = env[name]
@@ -414,6 +455,26 @@ def _topological(nodes: list, available: set) -> list:
         stuck = next(nodes[i][0] for i, w in enumerate(waiting) if w)
         raise NodeError(stuck.name, stuck.op_type, stuck.domain, None, "the graph has a cycle through this node")
     return order
+
+
+def _pack(steps: list[Step], constants: dict) -> dict:
+    """Packs the constant inputs of steps whose op has a pack hook (weights, once per
+    model): {key: packed value}, the steps reading the keys instead."""
+    packed: dict = {}
+    for step in steps:
+        if step.pack is None:
+            continue
+        for i, name in enumerate(step.inputs):
+            value = constants.get(name) if isinstance(name, str) else None
+            if value is None or isinstance(value, list):
+                continue
+            key = (PACKED, name, step.pack.__name__, step.node.get("group", 1))
+            if key not in packed:
+                packed[key] = step.pack(step.node, i, value)
+            if packed[key] is not None:
+                step.inputs[i] = key
+        step.reads = {n for n in step.inputs if isinstance(n, str) and n} | set(step.node.captures)
+    return {k: v for k, v in packed.items() if v is not None}
 
 
 def _live_steps(steps: list[Step], outputs: list[str]) -> list[Step]:

@@ -23,7 +23,7 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 MS_DOMAIN = "com.microsoft"
 _MODULES = ("ops_math", "ops_reduce", "ops_tensor", "ops_index", "ops_cast", "ops_nn", "ops_pool", "ops_norm",
             "ops_resize", "ops_rnn", "ops_attention", "ops_quant", "ops_control", "ops_sequence", "ops_random",
-            "ops_loss", "ops_contrib")
+            "ops_loss", "ops_contrib", "ops_fused", "ops_signal", "ops_vision", "ops_qlstm")
 
 
 @dataclass(frozen=True)
@@ -32,19 +32,23 @@ class OpImpl:
     since: int
     defaults: dict       #: attribute defaults for domains without onnx schemas (com.microsoft)
     pure: bool           #: same inputs give the same outputs (constant folding may run it)
+    #: pack(node, index, tensor) -> what the op takes instead of constant input ``index``
+    #: (packed weights), or None to keep it; run once when the model is planned
+    pack: Callable | None = None
 
 
 _OPS: dict[tuple[str, str], list[OpImpl]] = {}
 _loaded = False
 
 
-def op(*op_types: str, domain: str = "", since: int = 1, defaults: dict | None = None, pure: bool = True):
+def op(*op_types: str, domain: str = "", since: int = 1, defaults: dict | None = None, pure: bool = True,
+       pack: Callable | None = None):
     """Registers ``fn`` for op_types of domain from opset ``since``."""
 
     def register(fn):
         for op_type in op_types:
             versions = _OPS.setdefault((domain, op_type), [])
-            versions.append(OpImpl(fn, since, dict(defaults or {}), pure))
+            versions.append(OpImpl(fn, since, dict(defaults or {}), pure, pack))
             versions.sort(key=lambda impl: impl.since)
         return fn
 

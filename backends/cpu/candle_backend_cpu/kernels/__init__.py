@@ -20,9 +20,9 @@ from candle_api.contract import BY_NAME
 from candle_api.dtype import get_dtype
 
 from .. import library
-from . import conv, elementwise, fused, index, matmul, memory, optim, quantized, reduce, rnn
+from . import conv, elementwise, fused, index, int8, matmul, memory, optim, panels, quantized, reduce, rnn, sort
 
-FAMILIES = (elementwise, memory, reduce, matmul, index, conv, fused, optim, quantized, rnn)
+FAMILIES = (elementwise, memory, reduce, matmul, index, conv, fused, optim, quantized, rnn, sort, panels, int8)
 
 
 def build_kernels() -> dict:

@@ -8,14 +8,11 @@
  * over fixed chunks of images and then over the chunks in order. Tasks never
  * depend on the thread count, so results do not either; the GEMMs inside a
  * task run on its thread. bf16/f16 compute in f32. */
+#include "kernels/conv.h"
 #include "runtime/internal.h"
 #include "runtime/isa.h"
 
-typedef struct {
-    int64_t b, cin, h, w, cout, kh, kw, sh, sw, ph, pw, dh, dw, groups, oh, ow, oph, opw;
-} conv_params;
-
-static int parse(const int64_t *p, conv_params *q) {
+int cd_conv_parse(const int64_t *p, conv_params *q) {
     *q = (conv_params){p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10],
                        p[11], p[12], p[13], p[14], p[15], p[16], p[17]};
     if (q->groups < 1 || q->cin % q->groups || q->cout % q->groups) return cd_fail("bad conv groups");
@@ -65,27 +62,27 @@ static void pack4(int dtype, int ct, const char *src, const int64_t *st, const i
                     put(ct, dst, k++, load(dtype, src, a * st[0] + b * st[1] + i * st[2] + j * st[3]));
 }
 
-/* The output columns [lo, hi) whose input column ox * sw - pw + off lies in [0, w). */
-static void valid_cols(const conv_params *q, int64_t off, int64_t *lo, int64_t *hi) {
+void cd_conv_valid_cols(const conv_params *q, int64_t off, int64_t *lo, int64_t *hi) {
     int64_t first = off < 0 ? (-off + q->sw - 1) / q->sw : 0;
     int64_t last = q->w - 1 - off < 0 ? -1 : (q->w - 1 - off) / q->sw;
     *lo = CD_MIN(first, q->ow);
     *hi = CD_MAX(*lo, CD_MIN(last + 1, q->ow));
 }
 
-/* im2col of one image's group: col[(ch * kh + i) * kw + j][oy * ow + ox] = x[ch][y][xx]
- * (zero where the tap falls in the padding). f32 rows copy directly. */
-static void im2col(int dtype, int ct, const conv_params *q, int64_t cin_g, const int64_t *xs, const char *x,
-                   void *col) {
-    const int64_t n = q->oh * q->ow;
+/* col[(ch * kh + i) * kw + j][(oy - oy0) * ow + ox] = x[ch][y][xx] for the rows
+ * [r0, r1) and output rows [oy0, oy1) (zero where the tap falls in the padding).
+ * f32 rows copy directly. */
+void cd_conv_im2col(int dtype, int ct, const conv_params *q, const int64_t *xs, const char *x, void *col,
+                    int64_t r0, int64_t r1, int64_t oy0, int64_t oy1) {
+    const int64_t n = (oy1 - oy0) * q->ow;
     const size_t csz = (size_t)cd_dtype_size(ct); /* 0.0 is all zero bits in f32 and f64 */
     char *cols = col;
-    for (int64_t r = 0; r < cin_g * q->kh * q->kw; r++) {
+    for (int64_t r = r0; r < r1; r++) {
         const int64_t j = r % q->kw, i = (r / q->kw) % q->kh, ch = r / (q->kw * q->kh);
         int64_t lo, hi;
-        valid_cols(q, j * q->dw - q->pw, &lo, &hi);
-        for (int64_t oy = 0; oy < q->oh; oy++) {
-            const int64_t y = oy * q->sh - q->ph + i * q->dh, base = r * n + oy * q->ow;
+        cd_conv_valid_cols(q, j * q->dw - q->pw, &lo, &hi);
+        for (int64_t oy = oy0; oy < oy1; oy++) {
+            const int64_t y = oy * q->sh - q->ph + i * q->dh, base = r * n + (oy - oy0) * q->ow;
             if (y < 0 || y >= q->h) {
                 memset(cols + (size_t)base * csz, 0, (size_t)q->ow * csz);
                 continue;
@@ -115,7 +112,7 @@ static void depthwise_f32(const conv_params *q, const int64_t *xs, const float *
         for (int64_t j = 0; j < q->kw; j++) {
             const float wv = w[i * q->kw + j];
             int64_t lo, hi;
-            valid_cols(q, j * q->dw - q->pw, &lo, &hi);
+            cd_conv_valid_cols(q, j * q->dw - q->pw, &lo, &hi);
             if (lo >= hi) continue;
             const int64_t step = q->sw * xs[3];
             for (int64_t oy = 0; oy < q->oh; oy++) {
@@ -165,7 +162,7 @@ static int conv_task(void *vctx, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end && rc == 0; t++) { /* t = image * groups + group */
         const int64_t b = t / q->groups, g = t % q->groups;
         const char *image = c->x + (b * c->xs[0] + g * cin_g * c->xs[1]) * isz;
-        if (!direct) im2col(c->dtype, c->ct, q, cin_g, c->xs, image, col);
+        if (!direct) cd_conv_im2col(c->dtype, c->ct, q, c->xs, image, col, 0, K, 0, q->oh);
         char *dst = c->out + ((b * q->cout + g * cout_g) * N) * isz;
         rc = cd_ops.gemm(c->ct, cout_g, N, K, c->wmat + g * cout_g * K * csz, K, 1, direct ? image : col,
                      direct ? c->xs[1] : N, 1, tmp ? tmp : dst, N);
@@ -229,7 +226,7 @@ static int run_conv(int32_t dtype, const int64_t *p, const int64_t *lay, const v
                     int transposed) {
     if (!cd_dtype_is_float(dtype)) return cd_fail("conv is implemented for float dtypes, got %s", cd_dtype_name(dtype));
     conv_params q;
-    if (parse(p, &q)) return -1;
+    if (cd_conv_parse(p, &q)) return -1;
     const int ct = ct_of(dtype), csz = cd_dtype_size(ct);
     if (q.b == 0 || q.cout == 0 || q.oh * q.ow == 0) return 0;
     const int64_t wshape[4] = {transposed ? q.cin : q.cout, transposed ? q.cout / q.groups : q.cin / q.groups, q.kh,
@@ -286,7 +283,8 @@ static int wgrad_task(void *vctx, int64_t begin, int64_t end) {
         memset(acc, 0, (size_t)(q->cout * K * csz));
         for (int64_t b = chunk * WGRAD_CHUNK; b < CD_MIN(q->b, (chunk + 1) * WGRAD_CHUNK) && rc == 0; b++) {
             for (int64_t g = 0; g < q->groups && rc == 0; g++) {
-                im2col(c->dtype, c->ct, q, cin_g, c->xs, c->x + (b * c->xs[0] + g * cin_g * c->xs[1]) * isz, col);
+                const char *image = c->x + (b * c->xs[0] + g * cin_g * c->xs[1]) * isz;
+                cd_conv_im2col(c->dtype, c->ct, q, c->xs, image, col, 0, K, 0, q->oh);
                 pack4(c->dtype, c->ct, c->gout + (b * c->gs[0] + g * cout_g * c->gs[1]) * isz, c->gs, gshape, gmat);
                 /* prod = G (cout_g x N) @ col^T (N x K) */
                 rc = cd_ops.gemm(c->ct, cout_g, K, N, gmat, N, 1, col, 1, N, prod, K);
@@ -307,7 +305,7 @@ int cd_conv2d_backward_weight(int32_t dtype, const int64_t *p, const int64_t *la
                               const void *gout, void *dw) {
     if (!cd_dtype_is_float(dtype)) return cd_fail("conv is implemented for float dtypes, got %s", cd_dtype_name(dtype));
     conv_params q;
-    if (parse(p, &q)) return -1;
+    if (cd_conv_parse(p, &q)) return -1;
     const int ct = ct_of(dtype), csz = cd_dtype_size(ct);
     const int64_t K = q.cin / q.groups * q.kh * q.kw, total = q.cout * K;
     const int64_t chunks = (q.b + WGRAD_CHUNK - 1) / WGRAD_CHUNK;

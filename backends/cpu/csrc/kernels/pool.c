@@ -82,6 +82,69 @@ static int pool_task(void *vctx, int64_t begin, int64_t end) {
     return 0;
 }
 
+/* pool_task for f32, a row of outputs at a time: each tap adds to every output whose
+ * window holds it inside the input (a run of outputs, vectorized); per output the taps
+ * come in the same order as there, and NaN stays (a NaN tap or NaN so far wins). The
+ * average sums in double as there. */
+static void tap_range(int64_t x0, int64_t j, int64_t d, int64_t s, int64_t w, int64_t ow, int64_t *lo, int64_t *hi) {
+    /* outputs o with 0 <= o * s + x0 + j * d < w */
+    const int64_t first = -(x0 + j * d), last = w - 1 - (x0 + j * d);
+    *lo = first <= 0 ? 0 : (first + s - 1) / s;
+    *hi = last < 0 ? 0 : CD_MIN(ow, last / s + 1);
+}
+
+static int pool_f32_task(void *vctx, int64_t begin, int64_t end) {
+    const pool_ctx *p = vctx;
+    const int64_t ys = p->xs[2], xs = p->xs[3], x0 = -p->pw;
+    double *sum = p->mode ? cd_scratch(p->ow * (int64_t)sizeof(double)) : NULL;
+    if (p->mode && !sum) return -1;
+    for (int64_t r = begin; r < end; r++) {
+        const int64_t oy = r % p->oh, bc = r / p->oh, y0 = oy * p->sh - p->ph;
+        const float *plane = (const float *)p->x + bc / p->c * p->xs[0] + bc % p->c * p->xs[1];
+        float *restrict o = (float *)p->out + r * p->ow;
+        int64_t rows = 0, pad_rows = 0;
+        for (int64_t ox = 0; ox < p->ow; ox++) {
+            if (p->mode) sum[ox] = 0;
+            else o[ox] = -INFINITY;
+        }
+        for (int64_t i = 0; i < p->kh; i++) {
+            const int64_t y = y0 + i * p->dh;
+            pad_rows += y >= -p->ph && y < p->h + p->ph;
+            if (y < 0 || y >= p->h) continue;
+            rows++;
+            for (int64_t j = 0; j < p->kw; j++) {
+                int64_t lo, hi;
+                tap_range(x0, j, p->dw, p->sw, p->w, p->ow, &lo, &hi);
+                if (lo >= hi) continue;
+                const float *src = plane + y * ys + (lo * p->sw + x0 + j * p->dw) * xs; /* output lo's tap */
+                const int64_t step = p->sw * xs, n = hi - lo;
+                double *s = p->mode ? sum + lo : NULL;
+                float *restrict t = o + lo;
+                if (p->mode)
+                    for (int64_t k = 0; k < n; k++) s[k] += src[k * step];
+                else
+                    for (int64_t k = 0; k < n; k++) {
+                        const float v = src[k * step];
+                        t[k] = v > t[k] || v != v ? v : t[k];
+                    }
+            }
+        }
+        if (p->mode)
+            for (int64_t ox = 0; ox < p->ow; ox++) {
+                int64_t cols = 0, pad_cols = 0;
+                for (int64_t j = 0; j < p->kw; j++) {
+                    const int64_t xx = ox * p->sw + x0 + j * p->dw;
+                    cols += xx >= 0 && xx < p->w;
+                    pad_cols += xx >= -p->pw && xx < p->w + p->pw;
+                }
+                const int64_t div = p->include_pad ? pad_rows * pad_cols : rows * cols;
+                o[ox] = div > 0 ? (float)(sum[ox] / (double)div) : 0.0f;
+            }
+    }
+    cd_scratch_free(sum);
+    return 0;
+}
+
 int cd_pool2d(int32_t dtype, int32_t mode, const int64_t *q, const int64_t *lay, const void *x, void *out) {
     if (dtype < 0 || dtype >= CD_NUM_DTYPES) return cd_fail("bad dtype %d", dtype);
     if (mode != 0 && mode != 1) return cd_fail("bad pool mode %d", mode);
@@ -92,7 +155,8 @@ int cd_pool2d(int32_t dtype, int32_t mode, const int64_t *q, const int64_t *lay,
         return cd_fail("bad pooling window");
     int64_t rows = p.b * p.c * p.oh;
     if (rows == 0 || p.ow == 0) return 0;
-    return cd_parallel_for(rows, CD_MAX(1, CD_GRAIN / (p.ow * p.kh * p.kw)), pool_task, &p);
+    return cd_parallel_for(rows, CD_MAX(1, CD_GRAIN / (p.ow * p.kh * p.kw)), dtype == CD_f32 ? pool_f32_task : pool_task,
+                           &p);
 }
 
 /* ---- pool2d backward --------------------------------------------------------------------
@@ -188,7 +252,23 @@ typedef struct {
     const int64_t *xs;
     const char *x;
     char *out;
+    const int64_t *cols; /* nearest, 4-byte values: each output column's source offset (xs[3] applied) */
 } up_ctx;
+
+/* Nearest, 4-byte values: a row is gathered through the column table, and a row whose
+ * source row is the previous one's (an upsampling repeats rows) is copied from it. */
+static void up_nearest_rows(const up_ctx *u, int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; r++) { /* r = (batch * c + channel) * oh + oy */
+        const int64_t oy = r % u->oh, bc = r / u->oh, y = oy * u->h / u->oh;
+        uint32_t *dst = (uint32_t *)u->out + r * u->ow;
+        if (oy > 0 && r > begin && (oy - 1) * u->h / u->oh == y) {
+            memcpy(dst, dst - u->ow, (size_t)u->ow * sizeof(uint32_t));
+            continue;
+        }
+        const uint32_t *src = (const uint32_t *)u->x + bc / u->c * u->xs[0] + bc % u->c * u->xs[1] + y * u->xs[2];
+        for (int64_t ox = 0; ox < u->ow; ox++) dst[ox] = src[u->cols[ox]];
+    }
+}
 
 static void source(int mode, int64_t dst, int64_t in, int64_t out, int64_t *i0, int64_t *i1, double *f) {
     double s;
@@ -208,6 +288,10 @@ static void source(int mode, int64_t dst, int64_t in, int64_t out, int64_t *i0, 
 
 static int up_task(void *vctx, int64_t begin, int64_t end) {
     const up_ctx *u = vctx;
+    if (u->cols) {
+        up_nearest_rows(u, begin, end);
+        return 0;
+    }
     for (int64_t r = begin; r < end; r++) { /* r = (batch * c + channel) * oh + oy */
         int64_t oy = r % u->oh, bc = r / u->oh, ch = bc % u->c, bi = bc / u->c;
         int64_t base = bi * u->xs[0] + ch * u->xs[1];
@@ -239,9 +323,17 @@ int cd_upsample2d(int32_t dtype, int32_t mode, const int64_t *q, const int64_t *
     if (mode < 0 || mode > 2) return cd_fail("bad upsample mode %d", mode);
     if (dtype == CD_i64) return cd_fail("upsampling is not implemented for i64");
     if (mode != 0 && !cd_dtype_is_float(dtype)) return cd_fail("bilinear upsampling needs a float dtype");
-    up_ctx u = {dtype, mode, q[0], q[1], q[2], q[3], q[4], q[5], lay, x, out};
+    up_ctx u = {dtype, mode, q[0], q[1], q[2], q[3], q[4], q[5], lay, x, out, NULL};
     if (u.h < 1 || u.w < 1 || u.oh < 0 || u.ow < 0) return cd_fail("bad upsample sizes");
     int64_t rows = u.b * u.c * u.oh;
     if (rows == 0 || u.ow == 0) return 0;
-    return cd_parallel_for(rows, CD_MAX(1, CD_GRAIN / u.ow), up_task, &u);
+    int64_t *cols = NULL;
+    if (mode == 0 && cd_dtype_size(dtype) == 4) { /* the source column of floor(dst * in / out), in integers */
+        if (!(cols = cd_scratch(u.ow * (int64_t)sizeof(int64_t)))) return -1;
+        for (int64_t ox = 0; ox < u.ow; ox++) cols[ox] = ox * u.w / u.ow * lay[3];
+        u.cols = cols;
+    }
+    int rc = cd_parallel_for(rows, CD_MAX(1, CD_GRAIN / u.ow), up_task, &u);
+    cd_scratch_free(cols);
+    return rc;
 }

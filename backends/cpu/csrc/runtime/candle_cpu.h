@@ -25,7 +25,7 @@ extern "C" {
 
 /* Bumped whenever a signature below changes; the Python side refuses a library
  * whose version differs from the one it was written for. */
-#define CD_ABI_VERSION 3
+#define CD_ABI_VERSION 6
 
 /* Most dimensions an op accepts (the Python core enforces the same limit). */
 #define CD_MAX_DIMS 32
@@ -74,6 +74,13 @@ enum {
 /* Comparisons; the output is u8 (0 or 1). */
 #define CD_CMP_OPS(X) X(eq, 1) X(ne, 1) X(lt, 1) X(le, 1) X(gt, 1) X(ge, 1)
 
+/* Activations a product applies to its result (kernels/panels.c): X(name, ints);
+ * parameters alpha, beta as in ONNX (leaky_relu: alpha; clip: [alpha, beta];
+ * hard_sigmoid: max(0, min(1, alpha * x + beta))). */
+#define CD_ACT_OPS(X) \
+    X(none, 1) X(relu, 1) X(leaky_relu, 1) X(clip, 1) X(sigmoid, 1) X(hard_sigmoid, 1) \
+    X(hard_swish, 1) X(tanh, 1) X(gelu_erf, 1) X(silu, 1)
+
 /* Reductions; argmax/argmin write u32 indices. */
 #define CD_REDUCE_OPS(X) X(sum, 1) X(prod, 1) X(max, 1) X(min, 1) X(argmax, 1) X(argmin, 1)
 
@@ -83,17 +90,19 @@ enum {
 #define CD_BINARY_ENUM_X(name, ints) CD_BINARY_##name,
 #define CD_CMP_ENUM_X(name, ints) CD_CMP_##name,
 #define CD_REDUCE_ENUM_X(name, ints) CD_REDUCE_##name,
+#define CD_ACT_ENUM_X(name, ints) CD_ACT_##name,
 CD_ENUM_OPS(CD_UNARY, CD_UNARY_OPS)
 CD_ENUM_OPS(CD_PARAM, CD_PARAM_OPS)
 CD_ENUM_OPS(CD_BINARY, CD_BINARY_OPS)
 CD_ENUM_OPS(CD_CMP, CD_CMP_OPS)
 CD_ENUM_OPS(CD_REDUCE, CD_REDUCE_OPS)
+CD_ENUM_OPS(CD_ACT, CD_ACT_OPS)
 
 /* ---- runtime ---------------------------------------------------------- */
 CD_API int cd_abi_version(void);
 CD_API const char *cd_last_error(void);
 /* Comma-separated names, in code order: "dtypes", "unary", "param", "binary",
- * "cmp", "reduce". NULL for an unknown table. */
+ * "cmp", "reduce", "act". NULL for an unknown table. */
 CD_API const char *cd_names(const char *table);
 /* The instruction set the kernels were dispatched to: "avx512", "avx2" or "scalar". */
 CD_API const char *cd_isa(void);
@@ -240,6 +249,53 @@ CD_API int cd_sdpa(int32_t dtype, const int64_t *desc, const void *q, const void
 CD_API int cd_rnn(int32_t dtype, int32_t cell, const int64_t *desc, const void *x, const void *w_ih, const void *w_hh,
                   const void *b_ih, const void *b_hh, const void *h0, const void *c0, const void *peep,
                   const int64_t *lens, void *out, double clip);
+
+/* ---- sorting ----------------------------------------------------------- */
+/* The first k (0 <= k <= n) elements of each row's stable order along the last
+ * dim (kernels/sort.c): lay = [ndim, shape, x strides], n = shape[ndim - 1];
+ * values (rows, k) in x's dtype and indices (rows, k) contiguous. Ascending
+ * unless descending; -0.0 equals 0.0, NaN is above every number; equal values
+ * keep their index order. k = n sorts the rows. */
+CD_API int cd_sort(int32_t dtype, const int64_t *lay, const void *x, int64_t k, int32_t descending, void *values,
+                   uint32_t *indices);
+
+/* ---- products with weights packed once (kernels/panels.c) -------------- */
+/* out (batch, ceil(rows / 16), depth, 16) f32: each of the batch's rows x depth
+ * matrices of w in panels of 16 rows, out[b][p][d][i] = w[b][16p + i][d] (0 past
+ * the last row). lay = [batch, rows, depth, w's three strides]. */
+CD_API int cd_pack_panels(int32_t dtype, const int64_t *lay, const void *w, void *out);
+/* out (m x n, contiguous) = act(x @ M^T + bias) for wp = cd_pack_panels of M (n x k):
+ * desc = [m, n, k, x's row stride, x's column stride]; bias NULL or n values. */
+CD_API int cd_linear_panels(int32_t dtype, const int64_t *desc, const void *x, const void *wp, const void *bias,
+                            void *out, int32_t act, double alpha, double beta);
+/* out = act(conv2d(x, w) + bias + res) * scale + shift for wp = cd_pack_panels of
+ * each group's (c_out / groups) x (c_in / groups * kh * kw) matrix of w (of the
+ * c_out x (kh * kw) matrix of all channels for a depthwise w: one input and one
+ * output channel per group); p as for cd_conv2d; lay = x's four strides; bias
+ * NULL or c_out values; res NULL or contiguous shaped as out. */
+CD_API int cd_conv2d_panels(int32_t dtype, const int64_t *p, const int64_t *lay, const void *x, const void *wp,
+                            const void *bias, const void *res, void *out, int32_t act, double alpha, double beta,
+                            double scale, double shift);
+
+/* ---- int8 products of quantized models (kernels/int8.c) ---------------- */
+/* params = [scale, zero point] of the dynamic u8 quantization of n contiguous
+ * f32 values (ONNX DynamicQuantizeLinear: the range widened to include 0,
+ * scale 1 for a constant 0); q = saturate(round_half_even(x / scale) + zp). */
+CD_API int cd_quantize_u8_params(int64_t n, const float *x, float *params);
+CD_API int cd_quantize_u8(int64_t n, const float *x, const float *params, uint8_t *q);
+/* out: the int8 weights B (k x n, u8 (stored minus 128) or i16 holding -128..127)
+ * in panels of 16 columns, each column's 4 consecutive k in 32 bits:
+ * ceil(n/16) * ceil(k/4) * 64 bytes, then ceil(n/16) * 16 int32 column sums.
+ * lay = [k, n, B's two strides]. */
+CD_API int cd_pack_int8_panels(int32_t dtype, const int64_t *lay, const void *b, uint8_t *out);
+/* out (m x n) = (a - a_zp) @ (B - b_zp): int32 when a_scale is NULL, else f32
+ * times a_scale[0] * b_scale[j] (+ bias[j]). a: m rows of k u8 (row stride
+ * lda); a_zp NULL or one u8; bp from cd_pack_int8_panels; b_zp NULL, one or n
+ * int32 in the stored (signed) domain; desc = [m, n, k, lda, count of b_zp,
+ * count of b_scale]. k <= 65536. */
+CD_API int cd_matmul_int8(const int64_t *desc, const uint8_t *a, const uint8_t *a_zp, const void *bp,
+                          const int32_t *b_zp, const float *a_scale, const float *b_scale, const float *bias,
+                          void *out);
 
 /* ---- GGML block quantization ------------------------------------------ */
 /* nrows rows of ncols contiguous f32 values to and from contiguous blocks of

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "kernels/panels.h"
 #include "kernels/quant.h"
 #include "runtime/candle_cpu.h"
 
@@ -61,6 +62,18 @@ typedef struct {
     void (*quantize_act)(int32_t act_type, const float *x, int64_t k, char *blocks);
     /* By ggml type id: a weight row's dot product with activations quantized in its act_type. */
     cd_qdot_fn *qdot[CD_QTYPE_COUNT];
+    /* Products with packed weights (kernels/panels.c): the register tile (at most
+     * tile_mr x tile_nr), a depthwise plane and the epilogue. */
+    cd_tile_fn *tile_f32;
+    int64_t tile_mr, tile_nr;
+    cd_dw_fn *dw_plane_f32;
+    cd_dw_scratch_fn *dw_scratch_f32;
+    cd_dw_block_fn *dw_block_f32;
+    cd_dw_scratch_fn *dw_block_scratch_f32;
+    cd_epilogue_fn *epilogue_f32;
+    /* The tile of the int8 products (kernels/int8.c), at most int8_mr rows. */
+    cd_int8_tile_fn *tile_int8;
+    int64_t int8_mr;
     /* By ggml type id: rows decoded to f32 for the GEMM path (NULL: the type's own dequantizer); the
      * same values up to the rounding of a fused multiply-add. */
     cd_dequant_row_fn *qdecode[CD_QTYPE_COUNT];
@@ -83,6 +96,7 @@ void cd_isa_fill_generic(cd_isa_ops *ops);
 cd_gemm_fn cd_gemm_generic;
 extern const cd_panel_ops cd_gemm_generic_panels;
 void cd_qdot_generic(cd_isa_ops *ops);
+void cd_panels_generic(cd_isa_ops *ops);
 
 /* arch/<machine>: this architecture's sets, best first, ended by a NULL name. */
 extern const cd_isa_set cd_arch_sets[];

@@ -35,11 +35,13 @@ static const char NAMES_PARAM[] = CD_PARAM_OPS(CD_NAME_X);
 static const char NAMES_BINARY[] = CD_BINARY_OPS(CD_NAME_X);
 static const char NAMES_CMP[] = CD_CMP_OPS(CD_NAME_X);
 static const char NAMES_REDUCE[] = CD_REDUCE_OPS(CD_NAME_X);
+static const char NAMES_ACT[] = CD_ACT_OPS(CD_NAME_X);
 
 const char *cd_names(const char *table) {
     static const struct { const char *key, *names; } tables[] = {
         {"dtypes", NAMES_DTYPES}, {"unary", NAMES_UNARY}, {"param", NAMES_PARAM},
         {"binary", NAMES_BINARY}, {"cmp", NAMES_CMP},     {"reduce", NAMES_REDUCE},
+        {"act", NAMES_ACT},
     };
     if (!table) return NULL;
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
@@ -286,6 +288,12 @@ void cd_iter_advance(const cd_iter *it, cd_pos *pos, int64_t steps) {
 }
 
 void cd_gather_run(int isz, int64_t n, const char *src, int64_t stride, char *dst) {
+    if (stride == 0 && isz == 4) { /* a broadcast value (a per-channel scale, say): a fill */
+        uint32_t v;
+        memcpy(&v, src, sizeof v);
+        for (int64_t i = 0; i < n; i++) ((uint32_t *)dst)[i] = v;
+        return;
+    }
     switch (isz) {
     case 1: for (int64_t i = 0; i < n; i++) dst[i] = src[i * stride]; break;
     case 2: for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = ((const uint16_t *)src)[i * stride]; break;

@@ -91,4 +91,5 @@ void cd_isa_fill_generic(cd_isa_ops *ops) {
                         .extreme_f32 = extreme_f32,
                         .dot_rows_f32 = dot_rows_f32};
     cd_qdot_generic(ops);
+    cd_panels_generic(ops);
 }

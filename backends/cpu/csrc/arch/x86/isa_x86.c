@@ -21,12 +21,15 @@ static void fill_avx512(cd_isa_ops *ops) {
     ops->gemm = cd_gemm_avx512;
     ops->panels = &cd_gemm_avx512_panels;
     cd_vmath_avx512(ops);
+    cd_panels_avx512(ops);
     if (__builtin_cpu_supports("avx512vnni")) {
         cd_qdot_avx512vnni(ops);
         cd_qpacked_avx512vnni(ops);
+        cd_int8_avx512vnni(ops);
     } else {
         cd_qdot_avx2(ops);
         cd_qpacked_avx2(ops);
+        cd_int8_avx2(ops);
     }
 }
 
@@ -34,6 +37,8 @@ static void fill_avx2(cd_isa_ops *ops) {
     ops->gemm = cd_gemm_avx2;
     ops->panels = &cd_gemm_avx2_panels;
     cd_vmath_avx2(ops);
+    cd_panels_avx2(ops);
+    cd_int8_avx2(ops);
     cd_qdot_avx2(ops);
     cd_qpacked_avx2(ops);
 }

@@ -1,0 +1,182 @@
+// What every kernel file shares: integer and float types, the strided
+// layouts kernels take by value, loads and stores in the compute type,
+// the launch-loop helpers and the device-side error word.
+//
+// Every kernel is declared with KERNEL(name, params...): an extern "C"
+// __global__ function (a plain name for cuModuleGetFunction), which the CPU
+// emulation (emu/, CANDLE_EMU) also registers by name. The sources compile
+// with nvcc (fatbins), NVRTC (no host headers: only cuda_fp16.h and
+// cuda_bf16.h, from the nvidia-cuda-runtime wheel) and, for the emulation,
+// g++.
+#pragma once
+
+#ifdef CANDLE_EMU
+#include "emu.h"
+#else
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#define EMU_REGISTER(name)
+#endif
+
+// A block's dynamic shared memory (the launch's sharedMemBytes) as a T array.
+#ifdef CANDLE_EMU
+#define DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(emu::dynamic_shared())
+#else
+#define DYNAMIC_SHARED(T, name)                                   \
+    extern __shared__ __align__(16) unsigned char candle_smem[];  \
+    T* name = reinterpret_cast<T*>(candle_smem)
+#endif
+
+#define KERNEL(name, ...)                            \
+    extern "C" __global__ void name(__VA_ARGS__);    \
+    EMU_REGISTER(name)                               \
+    extern "C" __global__ void name(__VA_ARGS__)
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef short i16;
+typedef int i32;
+typedef long long i64;
+typedef __half f16;
+typedef __nv_bfloat16 bf16;
+typedef float f32;
+typedef double f64;
+
+// The dtypes, for instantiating a kernel template once per dtype: M(type).
+#define FOR_INTS(M) M(u8) M(u32) M(i16) M(i32) M(i64)
+#define FOR_FLOATS(M) M(bf16) M(f16) M(f32) M(f64)
+#define FOR_ALL(M) FOR_INTS(M) FOR_FLOATS(M)
+#define FOR_NO_I64(M) M(u8) M(u32) M(i16) M(i32) FOR_FLOATS(M)
+
+// ---- layouts ---------------------------------------------------------------------------------------
+// The host merges dims before a launch (launch.py): more than MAXD dims left
+// run as several launches over the outer ones.
+#define MAXD 8
+
+// K operands sharing one shape: element i of the shape sits at
+// sum_d coord_d * st[k][d] in operand k (zero strides broadcast, negative
+// ones reverse). rank 0 means "contiguous": element i at i in every operand.
+template <int K>
+struct Strided {
+    i64 shape[MAXD];
+    i64 st[K][MAXD];
+    i32 rank;
+};
+
+template <int K>
+__device__ __forceinline__ void offsets(const Strided<K>& l, i64 i, i64 (&off)[K]) {
+    if (l.rank == 0) {
+        for (int k = 0; k < K; ++k) off[k] = i;
+        return;
+    }
+    for (int k = 0; k < K; ++k) off[k] = 0;
+    for (int d = l.rank - 1; d >= 0; --d) {
+        i64 n = l.shape[d];
+        i64 c = i % n;
+        i /= n;
+        for (int k = 0; k < K; ++k) off[k] += c * l.st[k][d];
+    }
+}
+
+// ---- the compute type: f16 and bf16 compute in f32 and round once --------------------------------
+template <typename T> struct Acc { typedef T type; };
+template <> struct Acc<f16> { typedef float type; };
+template <> struct Acc<bf16> { typedef float type; };
+
+template <typename T> __device__ __forceinline__ typename Acc<T>::type load(const T& v) { return v; }
+template <> __device__ __forceinline__ float load<f16>(const f16& v) { return __half2float(v); }
+template <> __device__ __forceinline__ float load<bf16>(const bf16& v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T store(typename Acc<T>::type v) { return v; }
+template <> __device__ __forceinline__ f16 store<f16>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ bf16 store<bf16>(float v) { return __float2bfloat16_rn(v); }
+
+template <typename T> struct IsFloat { static const bool value = false; };
+template <> struct IsFloat<f16> { static const bool value = true; };
+template <> struct IsFloat<bf16> { static const bool value = true; };
+template <> struct IsFloat<f32> { static const bool value = true; };
+template <> struct IsFloat<f64> { static const bool value = true; };
+
+template <typename A, typename B> struct IsSame { static const bool value = false; };
+template <typename A> struct IsSame<A, A> { static const bool value = true; };
+
+template <typename T> struct IsSigned { static const bool value = T(-1) < T(0); };
+
+// x < 0, without the compiler's warning about unsigned types
+template <typename T> __device__ __forceinline__ bool negative(T x) {
+    if constexpr (IsSigned<T>::value) return x < T(0);
+    else return false;
+}
+
+// ---- loops ----------------------------------------------------------------------------------------
+__device__ __forceinline__ i64 thread_index() { return blockIdx.x * (i64)blockDim.x + threadIdx.x; }
+__device__ __forceinline__ i64 thread_count() { return (i64)blockDim.x * gridDim.x; }
+
+#define GRID_LOOP(i, n) for (i64 i = thread_index(); i < (n); i += thread_count())
+
+// IEEE infinity and NaN in f32 or f64 (no math.h macros under NVRTC).
+template <typename C> __device__ __forceinline__ C infinity();
+template <> __device__ __forceinline__ float infinity<float>() { return __int_as_float(0x7f800000); }
+template <> __device__ __forceinline__ double infinity<double>() { return __longlong_as_double(0x7ff0000000000000LL); }
+template <typename C> __device__ __forceinline__ C quiet_nan() { return infinity<C>() - infinity<C>(); }
+
+template <typename T> __device__ __forceinline__ T mn(T a, T b) { return b < a ? b : a; }
+template <typename T> __device__ __forceinline__ T mx(T a, T b) { return a < b ? b : a; }
+
+// ---- reductions within a block ------------------------------------------------------------------
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+    return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_max(T v) {
+    for (int m = 16; m > 0; m >>= 1) {
+        T o = __shfl_xor_sync(0xffffffffu, v, m);
+        v = (o > v || o != o) ? o : v;  // NaN wins
+    }
+    return v;
+}
+
+// The sum of v over the block (blockDim.x a multiple of 32, at most 1024), in
+// every thread; the order is fixed, so the result is too. Starts and ends with
+// __syncthreads, so consecutive calls may reuse the scratch.
+template <typename T>
+__device__ T block_sum(T v) {
+    __shared__ T scratch[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    T total = lane < warps ? scratch[lane] : T(0);
+    return warp_sum(total);
+}
+
+template <typename T>
+__device__ T block_max(T v) {
+    __shared__ T scratch[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    T m = lane < warps ? scratch[lane] : scratch[0];
+    return warp_max(m);
+}
+
+// ---- the device-side error word -----------------------------------------------------------------
+// err (host-mapped memory, err.py) holds {code, position}: the first code a
+// kernel reports and the lowest position that reported it. The host reads it
+// after the launch and raises (KernelError, IndexOutOfRangeError).
+#define ERR_DIV_ZERO 1
+#define ERR_NEG_POW 2
+#define ERR_INDEX 3
+
+__device__ __forceinline__ void report(i64* err, i64 code, i64 pos) {
+    atomicCAS((unsigned long long*)&err[0], 0ull, (unsigned long long)code);
+    atomicMin((long long*)&err[1], (long long)pos);
+}

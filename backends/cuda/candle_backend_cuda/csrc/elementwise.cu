@@ -1,0 +1,150 @@
+// Elementwise kernels: unary ops, ops with two parameters (affine, powf,
+// elu, leaky_relu, clamp), binary ops, comparisons, where and cast.
+//
+// One kernel per (family, dtype), the op a runtime code (ops.cuh): the
+// branch is the same for every thread, and it keeps the fatbins small.
+// Inputs are read through a Strided layout (rank 0: contiguous); outputs
+// are contiguous. f16 and bf16 compute in f32 and round once.
+#include "scalar.cuh"
+
+template <typename T>
+__device__ void unary_impl(T* out, const T* x, i64 n, int op, const Strided<1>& lx) {
+    GRID_LOOP(i, n) {
+        i64 o[1];
+        offsets(lx, i, o);
+        if constexpr (IsFloat<T>::value) out[i] = store<T>(unary_float(op, load(x[o[0]])));
+        else out[i] = unary_int(op, x[o[0]]);
+    }
+}
+#define UNARY(T) \
+    KERNEL(unary_##T, T* out, const T* x, i64 n, i32 op, Strided<1> lx) { unary_impl<T>(out, x, n, op, lx); }
+FOR_ALL(UNARY)
+
+// Parameter ops. Floats compute in their compute type with p0, p1 converted
+// to it. Integers: affine in wrapping integer arithmetic when both parameters
+// are whole (whole != 0, with q0 and q1 their values), else through double and
+// saturated; clamp between the integer bounds q0 <= q1 the host worked out.
+template <typename T>
+__device__ void param_impl(T* out, const T* x, i64 n, int op, double p0, double p1, i64 q0, i64 q1, i32 whole,
+                           const Strided<1>& lx) {
+    typedef typename Acc<T>::type C;
+    const C c0 = (C)p0, c1 = (C)p1;
+    GRID_LOOP(i, n) {
+        i64 o[1];
+        offsets(lx, i, o);
+        if constexpr (IsFloat<T>::value) {
+            C v = load(x[o[0]]), r = v;
+            switch (op) {
+                case PARAM_affine: r = v * c0 + c1; break;
+                case PARAM_powf: r = m_pow(v, c0); break;
+                case PARAM_elu: r = v > C(0) ? v : c0 * m_expm1(v); break;
+                case PARAM_leaky_relu: r = v > C(0) ? v : c0 * v; break;
+                case PARAM_clamp: r = v < c0 ? (c0 > c1 ? c1 : c0) : v > c1 ? c1 : v; break;
+            }
+            out[i] = store<T>(r);
+        } else {
+            T v = x[o[0]];
+            if (op == PARAM_affine) out[i] = whole ? w_add(w_mul(v, (T)q0), (T)q1) : saturate<T>((double)v * p0 + p1);
+            else out[i] = v < (T)q0 ? (T)q0 : v > (T)q1 ? (T)q1 : v;  // clamp
+        }
+    }
+}
+#define PARAM(T)                                                                                  \
+    KERNEL(param_##T, T* out, const T* x, i64 n, i32 op, f64 p0, f64 p1, i64 q0, i64 q1, i32 whole, \
+           Strided<1> lx) {                                                                       \
+        param_impl<T>(out, x, n, op, p0, p1, q0, q1, whole, lx);                                  \
+    }
+FOR_ALL(PARAM)
+
+// Binary ops on two inputs of one shape (broadcasting is zero strides).
+// Integer division, remainder or fmod by zero and negative integer powers
+// are reported in err (the result there is 0).
+template <typename T>
+__device__ void binary_impl(T* out, const T* a, const T* b, i64 n, int op, i64* err, const Strided<2>& l) {
+    GRID_LOOP(i, n) {
+        i64 o[2];
+        offsets(l, i, o);
+        if constexpr (IsFloat<T>::value) {
+            out[i] = store<T>(binary_float(op, load(a[o[0]]), load(b[o[1]])));
+        } else {
+            T x = a[o[0]], y = b[o[1]];
+            if ((op == BINARY_div || op == BINARY_rem || op == BINARY_fmod) && y == T(0)) {
+                report(err, ERR_DIV_ZERO, i);
+                out[i] = T(0);
+            } else if (op == BINARY_pow && negative(y)) {
+                report(err, ERR_NEG_POW, i);
+                out[i] = T(0);
+            } else {
+                out[i] = binary_int(op, x, y);
+            }
+        }
+    }
+}
+#define BINARY(T)                                                                                  \
+    KERNEL(binary_##T, T* out, const T* a, const T* b, i64 n, i32 op, i64* err, Strided<2> l) {   \
+        binary_impl<T>(out, a, b, n, op, err, l);                                                  \
+    }
+FOR_ALL(BINARY)
+
+template <typename T>
+__device__ void compare_impl(u8* out, const T* a, const T* b, i64 n, int op, const Strided<2>& l) {
+    GRID_LOOP(i, n) {
+        i64 o[2];
+        offsets(l, i, o);
+        typename Acc<T>::type x = load(a[o[0]]), y = load(b[o[1]]);
+        bool r = false;
+        switch (op) {
+            case CMP_eq: r = x == y; break;
+            case CMP_ne: r = x != y; break;
+            case CMP_lt: r = x < y; break;
+            case CMP_le: r = x <= y; break;
+            case CMP_gt: r = x > y; break;
+            case CMP_ge: r = x >= y; break;
+        }
+        out[i] = r ? 1 : 0;
+    }
+}
+#define COMPARE(T) \
+    KERNEL(compare_##T, u8* out, const T* a, const T* b, i64 n, i32 op, Strided<2> l) { compare_impl<T>(out, a, b, n, op, l); }
+FOR_ALL(COMPARE)
+
+// where moves bits: one kernel per element width. The condition is u8 (nonzero picks t).
+template <typename W>
+__device__ void where_impl(W* out, const u8* c, const W* t, const W* f, i64 n, const Strided<3>& l) {
+    GRID_LOOP(i, n) {
+        i64 o[3];
+        offsets(l, i, o);
+        out[i] = c[o[0]] ? t[o[1]] : f[o[2]];
+    }
+}
+#define WHERE(W, name) \
+    KERNEL(where_##name, W* out, const u8* c, const W* t, const W* f, i64 n, Strided<3> l) { where_impl<W>(out, c, t, f, n, l); }
+WHERE(u8, 8) WHERE(u16, 16) WHERE(u32, 32) WHERE(u64, 64)
+
+// cast from S to the dtype coded dst (ops.cuh DT_*).
+template <typename D, typename S>
+__device__ __forceinline__ void cast_to(void* out, const S* x, i64 n, const Strided<1>& lx) {
+    D* o = (D*)out;
+    GRID_LOOP(i, n) {
+        i64 k[1];
+        offsets(lx, i, k);
+        o[i] = convert<D, S>(x[k[0]]);
+    }
+}
+template <typename S>
+__device__ void cast_impl(void* out, const S* x, i64 n, int dst, const Strided<1>& lx) {
+    switch (dst) {
+        case DT_u8: cast_to<u8>(out, x, n, lx); break;
+        case DT_u32: cast_to<u32>(out, x, n, lx); break;
+        case DT_i16: cast_to<i16>(out, x, n, lx); break;
+        case DT_i32: cast_to<i32>(out, x, n, lx); break;
+        case DT_i64: cast_to<i64>(out, x, n, lx); break;
+        case DT_bf16: cast_to<bf16>(out, x, n, lx); break;
+        case DT_f16: cast_to<f16>(out, x, n, lx); break;
+        case DT_f32: cast_to<f32>(out, x, n, lx); break;
+        case DT_f64: cast_to<f64>(out, x, n, lx); break;
+    }
+}
+#define CAST(S) \
+    KERNEL(cast_##S, void* out, const S* x, i64 n, i32 dst, Strided<1> lx) { cast_impl<S>(out, x, n, dst, lx); }
+FOR_ALL(CAST)

@@ -1,0 +1,30 @@
+// Strided copy and fill, in place on any layout of the destination. Both
+// move bits: one kernel per element width. A destination narrower than the
+// memory's access granule is still written element by element (byte and
+// 16-bit stores are native on NVIDIA GPUs).
+#include "common.cuh"
+
+template <typename W>
+__device__ void copy_impl(W* dst, const W* src, i64 n, const Strided<2>& l) {
+    GRID_LOOP(i, n) {
+        i64 o[2];
+        offsets(l, i, o);
+        dst[o[0]] = src[o[1]];
+    }
+}
+#define COPY(W, bits) \
+    KERNEL(copy_##bits, W* dst, const W* src, i64 n, Strided<2> l) { copy_impl<W>(dst, src, n, l); }
+COPY(u8, 8) COPY(u16, 16) COPY(u32, 32) COPY(u64, 64)
+
+template <typename W>
+__device__ void fill_impl(W* dst, u64 bits, i64 n, const Strided<1>& l) {
+    const W value = (W)bits;
+    GRID_LOOP(i, n) {
+        i64 o[1];
+        offsets(l, i, o);
+        dst[o[0]] = value;
+    }
+}
+#define FILL(W, bits) \
+    KERNEL(fill_##bits, W* dst, u64 value, i64 n, Strided<1> l) { fill_impl<W>(dst, value, n, l); }
+FILL(u8, 8) FILL(u16, 16) FILL(u32, 32) FILL(u64, 64)

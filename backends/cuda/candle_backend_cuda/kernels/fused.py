@@ -1,0 +1,124 @@
+"""Fused kernels: softmax and log_softmax over the last dim, layer_norm and
+rms_norm (csrc/fused.cu), rotary embeddings, and scaled-dot-product
+attention (csrc/attention.cu)."""
+
+from __future__ import annotations
+
+from candle_api.layout import Layout, numel
+
+from ..launch import MAXD, address, merge, strided
+from .memory import contiguous
+
+#: Query rows (warps) per block of the attention kernel.
+ATTENTION_WARPS = 4
+
+
+def _rows(dev, x, lx: Layout, dtype):
+    """(x, layout, rows shape, rows strides) with the leading dims merged (a contiguous copy past MAXD)."""
+    shape, (st,) = merge(lx.shape[:-1], [lx.strides[:-1]])
+    if len(shape) > MAXD:
+        x, lx = contiguous(x, lx, dtype), Layout.contig(lx.shape)
+        shape, (st,) = merge(lx.shape[:-1], [lx.strides[:-1]])
+    return x, lx, shape, st
+
+
+def _block(d: int) -> int:
+    """Threads per row: a power of two from 32 to 256, about the row's length."""
+    threads = 32
+    while threads < 256 and threads < d:
+        threads *= 2
+    return threads
+
+
+def softmax(log: int, dtype):
+    """k(out, x, lx): softmax_last (log 0) and log_softmax_last (1)."""
+    isz = dtype.itemsize
+
+    def kernel(out, x, lx):
+        dev = out.device
+        x, lx, shape, st = _rows(dev, x, lx, dtype)
+        d, n_rows = lx.shape[-1], numel(lx.shape[:-1])
+        dev.function("fused", f"softmax_{dtype}").launch(
+            min(n_rows, 64 * dev.gpu.sms), _block(d), out.ptr, address(x, lx, isz), n_rows, d, lx.strides[-1], log,
+            *strided(shape, st))
+
+    return kernel
+
+
+def norm(rms: int, dtype):
+    """k(out, x, lx, w, lw, b, lb, eps) for layer_norm (rms 0), k(out, x, lx, w, lw, eps) for rms_norm (1)."""
+    isz = dtype.itemsize
+
+    def kernel(out, x, lx, w, lw, *rest):
+        dev = out.device
+        if rms:
+            b_ptr, eps = 0, rest[0]
+        else:
+            b, lb, eps = rest
+            b_ptr = address(b, lb, isz) if b is not None else 0
+        x, lx, shape, st = _rows(dev, x, lx, dtype)
+        d, n_rows = lx.shape[-1], numel(lx.shape[:-1])
+        dev.function("fused", f"norm_{dtype}").launch(
+            min(n_rows, 64 * dev.gpu.sms), _block(d), out.ptr, address(x, lx, isz), address(w, lw, isz), b_ptr,
+            n_rows, d, lx.strides[-1], float(eps), rms, *strided(shape, st))
+
+    return kernel
+
+
+def rope(interleaved: int, dtype):
+    """k(out, x, lx, cos, lcos, sin, lsin): x (b, h, t, d); cos/sin contiguous (t, d/2) or (b, t, d/2)."""
+    isz = dtype.itemsize
+
+    def kernel(out, x, lx, cos, lcos, sin, lsin):
+        dev = out.device
+        b, h, t, d = lx.shape
+        n = b * h * t * (d // 2)
+        dev.function("fused", f"rope_{dtype}").launch(
+            max(1, min(-(-n // 256), 32 * dev.gpu.sms)), 256, out.ptr, address(x, lx, isz),
+            address(cos, lcos, isz), address(sin, lsin, isz), b, h, t, d, *lx.strides, interleaved,
+            int(len(lcos.shape) == 3))
+
+    return kernel
+
+
+def sdpa(dtype):
+    """k(out, q, lq, k, lk, v, lv, mask, lmask, mask_dtype, causal, scale)."""
+    isz = dtype.itemsize
+
+    def kernel(out, q, lq, k, lk, v, lv, mask, lm, mask_dtype, causal, scale):
+        dev = out.device
+        *batch, length, e = lq.shape
+        s, ev = lk.shape[-2], lv.shape[-1]
+        nb = len(batch)
+        if mask is None:
+            mask_kind, m_ptr, mst = 0, 0, (0,) * (nb + 2)
+        else:
+            mask_kind = 1 if not mask_dtype.is_float else 2
+            m_ptr, mst = address(mask, lm, mask_dtype.itemsize), lm.strides
+        layouts = [lq, lk, lv]
+        bshape, bst = merge(tuple(batch), [lay.strides[:nb] for lay in layouts] + [tuple(mst[:nb])])
+        if len(bshape) > MAXD:  # more batch dims than a launch takes: read through contiguous copies
+            q, k, v = (contiguous(s_, l_, dtype) for s_, l_ in ((q, lq), (k, lk), (v, lv)))
+            lq, lk, lv = Layout.contig(lq.shape), Layout.contig(lk.shape), Layout.contig(lv.shape)
+            return kernel(out, q, lq, k, lk, v, lv, mask, lm, mask_dtype, causal, scale)
+        rows = numel(batch) * length
+        warps_needed = -(-rows // ATTENTION_WARPS)
+        row_strides = (lq.strides[-2], lq.strides[-1], lk.strides[-2], lk.strides[-1], lv.strides[-2],
+                       lv.strides[-1], mst[-2], mst[-1])
+        dev.function("attention", f"attention_{dtype}").launch(
+            max(1, min(warps_needed, 64 * dev.gpu.sms)), 32 * ATTENTION_WARPS, out.ptr, address(q, lq, isz),
+            address(k, lk, isz), address(v, lv, isz), m_ptr, rows, length, s, e, ev, mask_kind, int(causal),
+            float(scale), *row_strides, *strided(bshape, *bst))
+
+    return kernel
+
+
+KERNELS = {
+    "softmax_last": lambda dt: softmax(0, dt),
+    "log_softmax_last": lambda dt: softmax(1, dt),
+    "layer_norm": lambda dt: norm(0, dt),
+    "rms_norm": lambda dt: norm(1, dt),
+    "rope": lambda dt: rope(0, dt),
+    "rope_i": lambda dt: rope(1, dt),
+    "sdpa": sdpa,
+}

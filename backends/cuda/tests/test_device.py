@@ -1,0 +1,175 @@
+"""The cuda device's own duties, beyond the conformance suite: memory
+statistics and the cache, running out of memory, errors found on the
+device raised at the op, launch errors naming the kernel, DLPack both
+ways, several GPUs, NVRTC for a GPU the fatbins lack, layouts with more
+dims than a launch takes, threads, and quantized matmul on both its paths.
+
+Runs on a GPU, or on the CPU emulation (CANDLE_CUDA_DRIVER=libcuda_emu.so,
+emu/); the tests of what only the emulation can set up (its memory size,
+its number of GPUs, its compute capability) say so and skip elsewhere.
+Without either, every test skips with the reason."""
+
+import re
+import threading
+
+import numpy as np
+import pytest
+
+import candle_api as c
+from candle_api.errors import DeviceError, IndexOutOfRangeError
+from candle_api.quantized import QTensor
+
+
+def test_memory_statistics_and_the_cache(dev):
+    backend = dev.backend
+    backend.empty_cache()
+    before = backend.memory_stats()
+    x = c.zeros(1 << 20, dtype="f32", device=dev)  # 4 MiB
+    held = backend.memory_stats()
+    assert held["allocated"] - before["allocated"] >= 4 << 20
+    assert held["peak"] >= held["allocated"]
+    del x
+    dev.synchronize()
+    cached = backend.memory_stats()
+    assert cached["allocated"] == before["allocated"] and cached["cached"] >= 4 << 20
+    y = c.zeros(1 << 20, dtype="f32", device=dev)  # the same size class: reused, not allocated
+    assert backend.memory_stats()["reuses"] > cached["reuses"]
+    del y
+    assert backend.empty_cache() >= 4 << 20
+    assert backend.memory_stats()["cached"] == 0
+
+
+def test_more_than_the_gpu_holds_is_a_memory_error(dev):
+    with pytest.raises(MemoryError, match=f"{dev}: cannot allocate"):
+        dev.backend.alloc(dev.backend.gpu.memory + 1)
+
+
+def test_out_of_memory_frees_the_cache_then_names_the_size(emulated, run_python):
+    code = ("import candle_api as c\n"
+            "a = c.zeros(12 << 20, dtype='u8', device='cuda'); del a\n"  # 12 MiB cached
+            "b = c.zeros(20 << 20, dtype='u8', device='cuda')\n"          # fits once the cache is given back
+            "print('retried', c.get_device('cuda').backend.memory_stats()['cached'])\n"
+            "try:\n    c.zeros(16 << 20, dtype='u8', device='cuda')\n"
+            "except MemoryError as e:\n    print('raised', e)")
+    proc = run_python(code, CANDLE_CUDA_EMU_MEMORY=32 << 20)
+    assert "retried 0" in proc.stdout, proc.stderr
+    assert re.search(r"raised cuda:0: out of memory allocating 16777216 bytes \(2097\d+ bytes held by live tensors, "
+                     r"the cache emptied; \d+ of 33554432 bytes free on the device\)", proc.stdout), proc.stdout
+
+
+def test_a_bad_index_made_on_the_device_raises_at_the_op(dev):
+    x = c.Tensor(np.arange(12.0, dtype=np.float32).reshape(4, 3), device=dev)
+    ids = c.Tensor(np.array([1, 7, 2], np.int64), device=dev) * 1  # computed on the device: no host copy
+    assert ids._storage.host is None
+    with pytest.raises(IndexOutOfRangeError, match=r"index_select: index 7 \(at position 1\) is out of range for a "
+                                                   r"dimension of size 4"):
+        x.index_select(ids, 0)
+    good = c.Tensor(np.array([3, 0], np.int64), device=dev) * 1
+    np.testing.assert_array_equal(x.index_select(good, 0).numpy(), np.arange(12.0).reshape(4, 3)[[3, 0]])
+
+
+def test_a_launch_the_gpu_refuses_names_the_kernel(dev):
+    x = c.Tensor(np.ones(4, np.float32), device=dev)
+    fn = dev.backend.function("elementwise", "unary_f32")
+    with pytest.raises(DeviceError, match="launching kernel unary_f32 .*block 2048x1x1"):
+        fn.launch(1, 2048, x._storage.ptr, x._storage.ptr, 4, 0, *([0] * 17))
+
+
+def test_dlpack_round_trip_shares_the_memory(dev):
+    x = c.Tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device=dev)
+    y = c.from_dlpack(x.__dlpack__())
+    assert y.device == dev and y._storage.ptr == x._storage.ptr
+    np.testing.assert_array_equal(y.numpy(), x.numpy())
+
+
+def test_dlpack_with_pytorch_both_ways(dev):
+    torch = pytest.importorskip("torch")
+    if "emulation" in dev.backend.gpu.name or not torch.cuda.is_available():
+        pytest.skip("needs PyTorch with CUDA on a GPU")
+    t = torch.arange(12, dtype=torch.float32, device=f"cuda:{dev.index}").reshape(3, 4)
+    x = c.from_dlpack(t)
+    assert x._storage.ptr == t.data_ptr()
+    np.testing.assert_array_equal((x * 2).numpy(), (t * 2).cpu().numpy())
+    back = torch.from_dlpack(x * 3)
+    assert back.device.type == "cuda"
+    np.testing.assert_array_equal(back.cpu().numpy(), (t * 3).cpu().numpy())
+
+
+def test_copies_between_gpus(emulated, run_python):
+    code = ("import numpy as np, candle_api as c\n"
+            "x = c.Tensor(np.arange(5.0), device='cuda:0')\n"
+            "y = x.to_device('cuda:1') * 2\n"
+            "print(y.device, y.to_device('cuda:0').numpy().tolist())")
+    proc = run_python(code, CANDLE_CUDA_EMU_DEVICES=2)
+    assert proc.stdout.strip() == "cuda:1 [0.0, 2.0, 4.0, 6.0, 8.0]", proc.stderr
+
+
+# These two compile only csrc/memory.cu (copies), the smallest source: NVRTC takes a minute or more over the big ones.
+def test_a_gpu_the_fatbins_lack_gets_its_kernels_from_nvrtc(emulated, run_python, tmp_path):
+    code = ("import ctypes, numpy as np, candle_api as c\n"
+            "from candle_backend_cuda import driver\n"
+            "x = c.Tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device='cuda')\n"
+            "print(x.t().contiguous().numpy().ravel().tolist(), c.get_device('cuda').backend.modules.source)\n"
+            "f, b = ctypes.c_int(), ctypes.c_int()\n"
+            "driver.load().candle_emu_images(ctypes.byref(f), ctypes.byref(b))\n"
+            "print('images', f.value, b.value)")
+    proc = run_python(code, CANDLE_CUDA_EMU_CC="12.0", CANDLE_CUDA_CACHE=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "[0.0, 3.0, 1.0, 4.0, 2.0, 5.0] nvrtc"
+    fatbins, cubins = map(int, lines[1].split()[1:])
+    assert fatbins == 0 and cubins >= 1
+
+
+def test_nvrtc_kernels_on_request(dev, run_python, tmp_path):
+    """CANDLE_CUDA_KERNELS=nvrtc: the fallback's kernels on this GPU too."""
+    code = ("import numpy as np, candle_api as c\n"
+            "x = c.Tensor(np.arange(6, dtype=np.int16).reshape(3, 2), device='cuda')\n"
+            "print(x.t().contiguous().numpy().ravel().tolist(), c.get_device('cuda').backend.modules.source)")
+    proc = run_python(code, CANDLE_CUDA_KERNELS="nvrtc", CANDLE_CUDA_CACHE=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[0, 2, 4, 1, 3, 5] nvrtc"
+
+
+def test_more_dims_than_a_launch_takes(dev):
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((2,) * 11).astype(np.float32)
+    perm = (10, 8, 6, 4, 2, 0, 1, 3, 5, 7, 9)  # no two dims merge
+    x = c.Tensor(base, device=dev).permute(perm)
+    want = np.transpose(base, perm)
+    np.testing.assert_allclose(x.exp().numpy(), np.exp(want), rtol=1e-6)
+    np.testing.assert_allclose((x + x).numpy(), want + want, rtol=1e-6)
+    np.testing.assert_allclose(x.sum(3).numpy(), want.sum(3), rtol=1e-5, atol=1e-6)
+
+
+def test_kernels_from_several_threads(dev):
+    a = c.Tensor(np.arange(1000, dtype=np.float32), device=dev)
+    results, errors = {}, []
+
+    def work(k):
+        try:
+            results[k] = ((a * float(k)) + 1.0).sum().values()
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert results == {k: pytest.approx(k * 499500.0 + 1000.0) for k in range(4)}
+
+
+@pytest.mark.parametrize("rows", [1, 3, 40])  # the GEMV, and (past 16 rows) the decoded weight times a GEMM
+@pytest.mark.parametrize("qtype", ["q4_0", "q8_0", "q4k", "q6k"])
+def test_quantized_matmul_decode_and_prefill(dev, rows, qtype):
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((64, 256)).astype(np.float32)
+    x = rng.standard_normal((rows, 256)).astype(np.float32)
+    qw = QTensor.quantize(c.Tensor(w), qtype)  # the reference codec, on the cpu
+    want = x.astype(np.float64) @ qw.dequantize().numpy().T.astype(np.float64)
+    on_gpu = qw.to_device(dev)
+    np.testing.assert_array_equal(on_gpu.dequantize().numpy(), qw.dequantize().numpy())  # bit-exact decoding
+    got = on_gpu.matmul_t(c.Tensor(x, device=dev)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
