@@ -19,7 +19,8 @@ llama.cpp: n_threads and n_threads_batch):
 - peak resident memory (VmHWM) of a fresh process that loads the model and
   runs one decode generation;
 - kernel streaming: ``QTensor(blocks, (n, 8192), type).matmul_t(x)`` for x of
-  shape (1, 8192) over >= 64 MiB of blocks, against a plain read of the same
+  shape (1, 8192) over >= 64 MiB of blocks, packed first as the models pack
+  their weights (``QTensor.pack``, where the type has a packed layout), against a plain read of the same
   bytes: NumPy's sum of their uint64 view (the fastest plain NumPy read
   measured here, ~36 GB/s on one core), split over the thread count with a
   thread pool. Printed as read time / matmul time.
@@ -261,6 +262,7 @@ def kernel_case(type_name: str, threads: int, reps: int, cache_dir: Path) -> dic
         return {"error": f"{exc}"}
     blocks, rows, seed = kernel_blocks(t, cache_dir)
     q = QTensor(blocks, (rows, KERNEL_COLS), t)
+    q.pack()
     x = np.random.default_rng(1).standard_normal((1, KERNEL_COLS)).astype(np.float32)
     lhs = c.from_numpy(x)
     y = q.matmul_t(lhs).numpy()
@@ -269,7 +271,7 @@ def kernel_case(type_name: str, threads: int, reps: int, cache_dir: Path) -> dic
     words = blocks.view(np.uint64)
     times = harness.interleaved({"matmul_t": lambda: q.matmul_t(lhs), "read": plain_read(words, threads)}, reps,
                                 target=0.1, pause=PAUSE)
-    return {"rows": rows, "bytes": int(blocks.nbytes), "rel_err": err,
+    return {"rows": rows, "bytes": int(blocks.nbytes), "rel_err": err, "packed": q.packed,
             "matmul_t": times["matmul_t"], "read": times["read"]}
 
 
@@ -496,7 +498,8 @@ def report_kernels(results: dict, threads: int, lines: list) -> dict:
         ratio = rd / mm
         v = f">= {KERNEL_BAR} {'PASS' if ratio >= KERNEL_BAR else 'FAIL'}"
         gbs = r["bytes"] / 1e9
-        print(f"  {type_name:6s} kernel {r['rows']}x{KERNEL_COLS} ({r['bytes'] / 2**20:.0f} MiB): matmul_t "
+        layout = "packed" if r.get("packed") else "blocks"
+        print(f"  {type_name:6s} kernel {r['rows']}x{KERNEL_COLS} ({r['bytes'] / 2**20:.0f} MiB, {layout}): matmul_t "
               f"{mm * 1e3:9.2f} ms ±{mm_s:3.0f}% ({gbs / mm:5.1f} GB/s), plain read {rd * 1e3:7.2f} ms ±{rd_s:3.0f}% "
               f"({gbs / rd:5.1f} GB/s): read/matmul {ratio:5.3f}  {v}  (max rel err {r['rel_err']:.1e})", flush=True)
         lines.append(f"{threads}T {type_name} kernel streaming: {ratio:.3f} ({v})")

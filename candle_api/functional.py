@@ -74,6 +74,7 @@ def rms_norm(tensor: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     return _nn.rms_norm(tensor, weight, eps)
 
 
+silu_mul = _nn.silu_mul
 rope = _nn.rope
 rope_i = _nn.rope_i
 rope_thd = _nn.rope_thd

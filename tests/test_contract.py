@@ -142,7 +142,7 @@ def test_conformance_on_a_device_that_is_not_installed_is_one_usage_error():
 _NO_BACKWARD = {"conv2d_backward_weight", "max_pool2d_backward", "avg_pool2d_backward"}
 # Quantized blocks are integers: no gradient reaches them or comes out of them (qmatmul's reaches x);
 # nor does one reach the u8 activations and int8 weights of the int8 products.
-_BLOCKS = {"quantize", "dequantize", "qembedding", "quantize_u8_params", "quantize_u8", "pack_int8_panels",
+_BLOCKS = {"quantize", "dequantize", "qembedding", "qpack", "quantize_u8_params", "quantize_u8", "pack_int8_panels",
            "matmul_int8"}
 
 

@@ -204,6 +204,9 @@ ROWS: tuple = tuple([
            without="halves (rope) or pairs (rope_i) rotated with mul, sub, add and cat",
            notes="x (b, h, t, d); cos/sin contiguous (t, d/2) or (b, t, d/2); rope rotates the halves of d, "
                  "rope_i interleaved pairs"),
+    KernelRow("silu_mul", "fused", "k(out, x, lx)", FLOATS, False, "silu of one narrow times the other", since=3,
+              notes="x (..., 2f) -> out (..., f) = silu(x[..., :f]) * x[..., f:]: SwiGLU's gate on the gate and "
+                    "up projections of one product"),
     KernelRow("sdpa", "fused", "k(out, q, lq, k, lk, v, lv, mask, lmask, mask_dtype, causal, scale)", FLOATS,
               False, "matmul, softmax and where: the whole score matrix at once",
               notes="lq (batch..., L, E), lk (batch..., S, E), lv (batch..., S, Ev), batch dims broadcast; mask "
@@ -251,6 +254,14 @@ ROWS: tuple = tuple([
               "index_select of the rows' blocks, then dequantize", since=2,
               notes="out (ids, k) f32: rows ids (contiguous, any index dtype) of W (rows, k) in blocks; an id "
                     "out of range raises IndexOutOfRangeError"),
+    KernelRow("qpack", "quantized", "k(out, blocks, lblocks, qtype, n)", ("u8",), False,
+              "the reference NumPy packing (candle_api.quantized.packed) on the host", since=3,
+              notes="out (bytes,) u8: the blocks of W (n, k), contiguous, in the packed layout of candle_api."
+                    "quantized.packed (groups of 16 rows, each field of a block column's 16 blocks arranged "
+                    "for vector kernels), bit-exact with the reference; only types that have a packed layout"),
+    KernelRow("qmatmul_packed", "quantized", "k(out, x, lx, packed, lpacked, qtype, n)", ("f32",), False,
+              "the blocks unpacked (the reference NumPy unpacking), then qmatmul", since=3,
+              notes="as qmatmul, W given by qpack's output"),
     # ---- products with weights packed once (panels of 16 rows) ----------------------------------------------
     KernelRow("pack_panels", "panels", "k(out, w, lw)", ("f32",), False, "pad, reshape and transpose", since=3,
               notes="out (batch, ceil(rows / 16), depth, 16) from w (batch, rows, depth), any strides: "

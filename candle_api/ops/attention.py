@@ -17,7 +17,7 @@ from ..layout import Layout
 from ..tensor import Tensor
 from .core import broadcast_shape, check_tensor, reinterpret, require_float, same_device, same_dtype
 from .creation import arange
-from .dispatch import OpDef, apply, define
+from .dispatch import OpDef, apply, apply_checked, define
 from .elementwise import where
 from .nn import softmax
 
@@ -35,6 +35,19 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     1/sqrt(E). With ``enable_gqa`` the query heads (dim -3) are shared out in
     groups over fewer key/value heads. A row whose keys are all masked gives
     zeros."""
+    if attn_mask is None and not enable_gqa and isinstance(query, Tensor) and isinstance(key, Tensor) \
+            and isinstance(value, Tensor):  # the common case (a decoding step's), checked in a few steps
+        lq, lk, lv = query._layout, key._layout, value._layout
+        sq, sk, sv = lq.shape, lk.shape, lv.shape
+        if (query._dtype is key._dtype is value._dtype and query._dtype.is_float
+                and query._device is key._device is value._device and len(sq) >= 2 and len(sk) == len(sq) == len(sv)
+                and sq[:-2] == sk[:-2] == sv[:-2] and sq[-1] == sk[-1] and sk[-2] == sv[-2]):
+            if scale is None:
+                scale = 1.0 / math.sqrt(sq[-1]) if sq[-1] else 1.0
+            causal, scale = bool(is_causal), float(scale)
+            return apply_checked(SDPA, query, sq[:-1] + sv[-1:], (query, key, value, None),
+                                 (query._storage, lq, key._storage, lk, value._storage, lv, None, None, u8, causal,
+                                  scale), {"is_causal": causal, "scale": scale})
     op = "scaled_dot_product_attention"
     for t, name in ((query, "query"), (key, "key"), (value, "value")):
         check_tensor(op, t, name)

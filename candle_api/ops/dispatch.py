@@ -86,12 +86,7 @@ def apply(op: OpDef, *inputs, **params):
         check_writable(op.name, *(inputs[i] for i in op.writes))
         k(*args)
         return None
-    lay = _contig(shape)
-    out = dev.alloc(lay.numel * dtype.itemsize)
-    if lay.numel:
-        k(out, *args)
-    t = _new(Tensor)
-    t._storage = out; t._layout = lay; t._dtype = dtype; t._device = dev; t._node = None  # noqa: E702
+    t = _kernel_output(k, dev, shape, dtype, args)
     for i in inputs:
         if i is not None and i._node is not None:
             if _mode.enabled and dtype.is_float:
@@ -174,6 +169,30 @@ def apply_binary(op: OpDef, a: Tensor, b: Tensor, out_dtype=None, shape=None) ->
         k(out, a._storage, la, b._storage, lb)
     t = _new(Tensor)
     t._storage = out; t._layout = lay; t._dtype = out_dtype; t._device = dev; t._node = None  # noqa: E702
+    return t
+
+
+def apply_checked(op: OpDef, key: Tensor, shape: tuple, inputs: tuple, args: tuple, params: dict) -> Tensor:
+    """apply(op, *inputs, **params) for a fused op whose caller has checked its inputs and knows the output
+    (shaped ``shape``, typed as ``key``) and the kernel's arguments after out (``args``, what op.prepare
+    would give): a kernel exists, nothing observes, no gradient to record (optional inputs may be None).
+    Decoding runs a few such ops per layer and token."""
+    dev, dtype = key._device, key._dtype
+    k = dev.kernels.get((op.name, dtype))
+    if k is None or observer is not None or (_mode.enabled and any(i is not None and i._node is not None
+                                                                   for i in inputs)):
+        return apply(op, *inputs, **params)
+    return _kernel_output(k, dev, shape, dtype, args)
+
+
+def _kernel_output(k, dev, shape: tuple, dtype, args: tuple) -> Tensor:
+    """A new contiguous tensor of ``shape`` that kernel ``k`` wrote (``k(out, *args)``; skipped when empty)."""
+    lay = _contig(shape)
+    out = dev.alloc(lay.numel * dtype.itemsize)
+    if lay.numel:
+        k(out, *args)
+    t = _new(Tensor)
+    t._storage = out; t._layout = lay; t._dtype = dtype; t._device = dev; t._node = None  # noqa: E702
     return t
 
 

@@ -8,7 +8,7 @@ from ..errors import ShapeError
 from ..layout import normalize_dim
 from ..tensor import Tensor
 from .core import check_tensor, require_float, same_device, same_dtype
-from .dispatch import OpDef, apply, apply_unary, define
+from .dispatch import OpDef, apply, apply_checked, apply_unary, define
 from .shape import cat, contiguous, stack
 
 
@@ -111,6 +111,13 @@ def _layer_norm_backward(inputs, out, g, eps):
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     """x / sqrt(mean(x ** 2) + eps) * w over the trailing dims that weight covers."""
+    if isinstance(x, Tensor) and isinstance(weight, Tensor):  # the common case, checked in a few steps
+        lx, lw = x._layout, weight._layout
+        if (x._dtype is weight._dtype and x._dtype.is_float and x._device is weight._device and len(lw.shape) == 1
+                and lw.contiguous and lx.shape[-1:] == lw.shape):
+            eps = float(eps)
+            return apply_checked(RMS_NORM, x, lx.shape, (x, weight), (x._storage, lx, weight._storage, lw, eps),
+                                 {"eps": eps})
     x2, w, _ = _norm_params("rms_norm", x, weight, None)
     out = apply(RMS_NORM, x2, w, eps=float(eps))
     return out if x2 is x else out.reshape(x.shape)
@@ -128,6 +135,36 @@ def _rms_norm_backward(inputs, out, g, eps):
     gh = g * w
     gx = r * (gh - x * (r * r) * (gh * x).mean_keepdim(-1))
     return gx, (g * x * r).sum(tuple(range(x.rank - 1)))
+
+
+def silu_mul(x: Tensor) -> Tensor:
+    """silu(x[..., :f]) * x[..., f:] for x (..., 2f): SwiGLU's gate on one product of gate and up."""
+    if isinstance(x, Tensor) and x._dtype.is_float and x._layout.contiguous and x._layout.shape:
+        lx = x._layout
+        if lx.shape[-1] % 2 == 0:
+            return apply_checked(SILU_MUL, x, lx.shape[:-1] + (lx.shape[-1] // 2,), (x,), (x._storage, lx), {})
+    check_tensor("silu_mul", x)
+    require_float("silu_mul", x)
+    if x.rank == 0 or x.shape[-1] % 2:
+        raise ShapeError(f"silu_mul: the last dim must hold two halves, got shape {x.shape}")
+    return apply(SILU_MUL, contiguous(x))
+
+
+def _silu_mul_halves(x: Tensor) -> tuple[Tensor, Tensor]:
+    f = x.shape[-1] // 2
+    return x.narrow(-1, 0, f), x.narrow(-1, f, f)
+
+
+def _silu_mul_decomposed(x: Tensor) -> Tensor:
+    gate, up = _silu_mul_halves(x)
+    return gate.silu() * up
+
+
+def _silu_mul_backward(inputs, out, g):
+    """d/dgate = g * up * s * (1 + gate * (1 - s)) with s = sigmoid(gate); d/dup = g * silu(gate)."""
+    gate, up = _silu_mul_halves(inputs[0])
+    s = gate.sigmoid()
+    return (cat([g * up * s * (gate * (1 - s) + 1), g * gate * s], -1),)
 
 
 def _rope_args(op: str, x: Tensor, cos: Tensor, sin: Tensor):
@@ -159,6 +196,13 @@ def _rope_decomposed(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> 
 
 
 def _rope(op: OpDef, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    if isinstance(x, Tensor) and isinstance(cos, Tensor) and isinstance(sin, Tensor):  # the common case
+        lx, lc, ls = x._layout, cos._layout, sin._layout
+        shape, half = lx.shape, lx.shape[-1] // 2 if lx.shape else 0
+        if (x._dtype is cos._dtype is sin._dtype and x._dtype.is_float and x._device is cos._device is sin._device
+                and len(shape) == 4 and shape[3] % 2 == 0 and lc.contiguous and ls.contiguous and lc.shape == ls.shape
+                and (lc.shape == (shape[2], half) or lc.shape == (shape[0], shape[2], half))):
+            return apply_checked(op, x, shape, (x, cos, sin), (x._storage, lx, cos._storage, lc, sin._storage, ls), {})
     cos, sin = _rope_args(op.name, x, cos, sin)
     return apply(op, x, cos, sin)
 
@@ -220,3 +264,6 @@ ROPE = define(OpDef("rope", prepare=_rope_prepare, backward=_rope_backward(False
                     decompose=lambda x, cos, sin: _rope_decomposed(x, cos, sin, False)))
 ROPE_I = define(OpDef("rope_i", prepare=_rope_prepare, backward=_rope_backward(True),
                       decompose=lambda x, cos, sin: _rope_decomposed(x, cos, sin, True)))
+SILU_MUL = define(OpDef("silu_mul", prepare=lambda x: (x.shape[:-1] + (x.shape[-1] // 2,), x._dtype,
+                                                       (x._storage, x._layout)),
+                        backward=_silu_mul_backward, decompose=_silu_mul_decomposed))

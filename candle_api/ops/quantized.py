@@ -69,6 +69,10 @@ def _qmatmul_prepare(x, blocks, qtype, n):
     return x.shape[:-1] + (n,), f32, (x._storage, x._layout, blocks._storage, blocks._layout, qtype, n)
 
 
+def _qmatmul_packed_prepare(x, packed, qtype, n):
+    return x.shape[:-1] + (n,), f32, (x._storage, x._layout, packed._storage, packed._layout, qtype, n)
+
+
 def _weight(blocks: Tensor, qtype: int, n: int) -> Tensor:
     return apply(DEQUANTIZE, blocks, qtype=qtype).reshape((n, -1))
 
@@ -83,21 +87,63 @@ def _qmatmul_backward(inputs, out, g, qtype, n):
     return g.matmul(_weight(blocks, qtype, n)), None
 
 
-def qmatmul(x: Tensor, blocks: Tensor, qtype: int, n: int) -> Tensor:
-    """x (..., k), f32 and contiguous, @ W^T. Decoding runs a few of these per layer and token: the
-    common case (a kernel, nothing to record or observe) calls it directly, as apply() would."""
+def _direct_product(op: OpDef, x: Tensor, weight: Tensor, qtype: int, n: int) -> Tensor:
+    """x (..., k), f32 and contiguous, @ W^T by ``op``'s kernel. Decoding runs a few of these per layer and
+    token: the common case (a kernel, nothing to record or observe) calls it directly, as apply() would."""
     dev = x._device
-    k = dev.kernels.get(("qmatmul", "f32"))
+    k = dev.kernels.get((op.name, "f32"))
     if k is None or x._node is not None or dispatch.observer is not None:
-        return apply(QMATMUL, x, blocks, qtype=qtype, n=n)
+        return apply(op, x, weight, qtype=qtype, n=n)
     lx = x._layout
     lay = _contig(lx.shape[:-1] + (n,))
     out = dev.alloc(lay.numel * 4)
     if lay.numel:
-        k(out, x._storage, lx, blocks._storage, blocks._layout, qtype, n)
+        k(out, x._storage, lx, weight._storage, weight._layout, qtype, n)
     t = _new(Tensor)
     t._storage = out; t._layout = lay; t._dtype = f32; t._device = dev; t._node = None  # noqa: E702
     return t
+
+
+def qmatmul(x: Tensor, blocks: Tensor, qtype: int, n: int) -> Tensor:
+    """x (..., k), f32 and contiguous, @ W^T, W (n, k) in blocks."""
+    return _direct_product(QMATMUL, x, blocks, qtype, n)
+
+
+# ---- qpack / qmatmul_packed: the packed layout (candle_api.quantized.packed) -----------------------------------
+def _qpack_prepare(blocks, qtype, n):
+    return blocks.shape, u8, (blocks._storage, blocks._layout, qtype, n)
+
+
+def _qpack_decompose(blocks, qtype, n):
+    from ..ops.creation import from_numpy
+    from ..quantized.packed import pack_array
+
+    t = _ggml_type(qtype)
+    return from_numpy(pack_array(_on_host(blocks), t, (n, _values(blocks, qtype) // max(n, 1))),
+                      device=blocks.device)
+
+
+def _unpacked(packed: Tensor, qtype: int, n: int) -> Tensor:
+    from ..ops.creation import from_numpy
+    from ..quantized.packed import unpack_array
+
+    t = _ggml_type(qtype)
+    return from_numpy(unpack_array(_on_host(packed), t, (n, _values(packed, qtype) // max(n, 1))),
+                      device=packed.device)
+
+
+def _qmatmul_packed_decompose(x, packed, qtype, n):
+    return apply(QMATMUL, x, _unpacked(packed, qtype, n), qtype=qtype, n=n)
+
+
+def _qmatmul_packed_backward(inputs, out, g, qtype, n):
+    _, packed = inputs
+    return g.matmul(_weight(_unpacked(packed, qtype, n), qtype, n)), None
+
+
+def qmatmul_packed(x: Tensor, packed: Tensor, qtype: int, n: int) -> Tensor:
+    """As :func:`qmatmul`, W packed by QPACK."""
+    return _direct_product(QMATMUL_PACKED, x, packed, qtype, n)
 
 
 # ---- qembedding: rows of W by index ---------------------------------------------------------------------------
@@ -116,4 +162,7 @@ DEQUANTIZE = define(OpDef("dequantize", prepare=_dequantize_prepare, decompose=_
 QUANTIZE = define(OpDef("quantize", prepare=_quantize_prepare, decompose=_quantize_decompose))
 QMATMUL = define(OpDef("qmatmul", prepare=_qmatmul_prepare, decompose=_qmatmul_decompose,
                        backward=_qmatmul_backward))
+QPACK = define(OpDef("qpack", prepare=_qpack_prepare, decompose=_qpack_decompose))
+QMATMUL_PACKED = define(OpDef("qmatmul_packed", prepare=_qmatmul_packed_prepare, decompose=_qmatmul_packed_decompose,
+                              backward=_qmatmul_packed_backward))
 QEMBEDDING = define(OpDef("qembedding", prepare=_qembedding_prepare, decompose=_qembedding_decompose))

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 
 from ..dtype import f32
 from ..errors import DTypeError, ShapeError
 from ..layout import numel
 from ..ops.core import same_device
-from ..ops.quantized import qmatmul
+from ..ops.quantized import qmatmul, qmatmul_packed
 from .ggml_types import GGML_TYPES, GgmlName, GgmlType, check_blocks, check_nbytes, check_rows, get_ggml_type
+from .packed import GROUP, packable
 
+# Bytes of rows packed per step when the blocks are a file map's pages (QTensor._pack_rows).
+_PACK_STEP_BYTES = 4 << 20
 # Unquantized GGML types: a Tensor can use their bytes as they are.
 _PLAIN = ("f32", "f16", "bf16")
 _QUANTIZED_IDS = frozenset(t.type_id for t in GGML_TYPES.values() if t.name not in _PLAIN)
@@ -28,9 +33,10 @@ class QTensor:
     by them (a quantized linear layer), :meth:`embedding` decodes only the
     rows it looks up, and :meth:`quantize` builds one from a Tensor on the
     Tensor's device. :meth:`dequantize` gives the f32 values back.
+    :meth:`pack` rearranges a weight for its device's matrix products.
     """
 
-    __slots__ = ("_data", "_blocks", "_shape", "_type")
+    __slots__ = ("_data", "_blocks", "_shape", "_type", "_packed")
 
     def __init__(self, data, shape, ggml_dtype):
         t = get_ggml_type(ggml_dtype)
@@ -52,6 +58,7 @@ class QTensor:
             self._data, self._blocks = check_blocks(data, shape, t), None
         self._shape = shape
         self._type: GgmlType = t
+        self._packed = None  # the blocks in the packed layout (pack), a u8 Tensor
 
     @classmethod
     def quantize(cls, tensor, ggml_dtype) -> "QTensor":
@@ -90,13 +97,25 @@ class QTensor:
 
     @property
     def device(self):
-        return self._blocks.device if self._blocks is not None else _cpu()
+        if self._blocks is not None:
+            return self._blocks.device
+        return self._packed.device if self._packed is not None else _cpu()
+
+    @property
+    def packed(self) -> bool:
+        """Whether :meth:`pack` rearranged the blocks (matmul_t reads them packed)."""
+        return self._packed is not None
 
     @property
     def data(self) -> np.ndarray:
         """The raw blocks (flat uint8, on the host)."""
         if self._data is None:
-            self._data = np.ascontiguousarray(self._blocks.numpy())
+            if self._blocks is None:  # packed, its own layout given up: unpack on the host
+                from .packed import unpack_array
+
+                self._data = unpack_array(self._packed.numpy(), self._type, self._shape)
+            else:
+                self._data = np.ascontiguousarray(self._blocks.numpy())
         return self._data
 
     @property
@@ -106,8 +125,11 @@ class QTensor:
             from ..ops.creation import from_numpy
 
             # Kernels read a block's scales as f16/f32 fields: a file may place a tensor at an odd offset.
-            aligned = self._data.ctypes.data % 4 == 0
-            self._blocks = from_numpy(self._data if aligned else self._data.copy())
+            data = self.data
+            aligned = data.ctypes.data % 4 == 0
+            self._blocks = from_numpy(data if aligned else data.copy())
+            if self._packed is not None and self._packed.device != self._blocks.device:
+                self._blocks = self._blocks.to_device(self._packed.device)
         return self._blocks
 
     @property
@@ -125,6 +147,56 @@ class QTensor:
         if device == self.device:
             return self
         return QTensor(self.blocks.to_device(device), self._shape, self._type)
+
+    def pack(self) -> bool:
+        """Rearranges a 2-d weight, once, into the packed layout (:mod:`candle_api.quantized.packed`) when its
+        type has one and its device multiplies by it natively; :meth:`matmul_t` then reads the packed blocks,
+        one stream in the order the vector kernels consume it. Returns whether the weight is packed.
+
+        The packed blocks replace the others in memory: blocks viewed from a read-only file map keep their
+        view, but their pages are given back to the system (read again from the file if something else
+        asks for them, such as an embedding lookup); blocks in memory are dropped, and unpacked again if
+        asked for."""
+        if self._packed is not None:
+            return True
+        if self.rank != 2 or not packable(self._type):
+            return False
+        blocks = self.blocks
+        kernels = blocks.device.kernels
+        if ("qpack", "u8") not in kernels or ("qmatmul_packed", "f32") not in kernels:
+            return False
+        self._packed = self._pack_rows(blocks)
+        self._blocks = None
+        if not self.release_pages():
+            self._data = None
+        return True
+
+    def _pack_rows(self, blocks):
+        """The packed blocks. A file map's pages are packed a few MB of rows at a time, each step's pages
+        given back before the next: the weight is never in memory twice (the packed layout keeps groups of
+        16 rows whole and in order, so steps of whole groups pack exactly as the whole does)."""
+        from ..ops.creation import empty
+        from ..ops.dispatch import apply
+        from ..ops.quantized import QPACK
+        from ..ops.shape import copy_into
+
+        n, qtype = self._shape[0], self._type.type_id
+        row = self._type.nbytes(self._shape[1])
+        step = max(GROUP, _PACK_STEP_BYTES // max(row, 1) // GROUP * GROUP)
+        if n <= step or self._data is None or _file_map(self._data) is None:
+            return apply(QPACK, blocks, qtype=qtype, n=n)
+        packed = empty((blocks.shape[0],), dtype="u8", device=blocks.device)
+        for r0 in range(0, n, step):
+            rows = min(step, n - r0)
+            part = apply(QPACK, blocks.narrow(0, r0 * row, rows * row), qtype=qtype, n=rows)
+            copy_into(packed, packed._layout.narrow(0, r0 * row, rows * row), part)
+            release_pages(self._data[r0 * row:(r0 + rows) * row])
+        return packed
+
+    def release_pages(self) -> bool:
+        """When the blocks are a view of a read-only file map, gives their whole pages back to the system
+        (they are read from the file again if used) and returns True; False otherwise."""
+        return self._data is not None and release_pages(self._data)
 
     # ---- compute -------------------------------------------------------------------
     def dequantize(self, device=None):
@@ -156,7 +228,11 @@ class QTensor:
         (..., in_features) of any float dtype, the result in lhs's dtype. The
         gradient flows to lhs (the weights are constants)."""
         # Decoding calls this a few times per layer and token: the common case goes straight to the op.
-        lay, blocks = lhs._layout, self._blocks
+        lay, packed = lhs._layout, self._packed
+        if (packed is not None and lhs._dtype is f32 and lay.contiguous and lhs._device is packed._device
+                and lay.shape and lay.shape[-1] == self._shape[1]):
+            return qmatmul_packed(lhs, packed, self._type.type_id, self._shape[0])
+        blocks = self._blocks
         if (lhs._dtype is f32 and lay.contiguous and blocks is not None and lhs._device is blocks._device
                 and self._type.type_id in _QUANTIZED_IDS and len(self._shape) == 2 and lay.shape
                 and lay.shape[-1] == self._shape[1]):
@@ -171,9 +247,12 @@ class QTensor:
         if self._type.name in _PLAIN:
             weight = self.dequantize(lhs.device)
             return lhs.matmul((weight if weight.dtype == lhs.dtype else weight.to_dtype(lhs.dtype)).t())
-        same_device("matmul_t", self.blocks, lhs)
+        same_device("matmul_t", self._packed if self._packed is not None else self.blocks, lhs)
         x = lhs if lhs.dtype is f32 and lhs.is_contiguous() else lhs.to_dtype(f32).contiguous()
-        y = qmatmul(x, self.blocks, self._type.type_id, n)
+        if self._packed is not None:
+            y = qmatmul_packed(x, self._packed, self._type.type_id, n)
+        else:
+            y = qmatmul(x, self.blocks, self._type.type_id, n)
         return y if lhs.dtype is f32 else y.to_dtype(lhs.dtype)
 
     def embedding(self, ids):
@@ -222,6 +301,28 @@ class QTensor:
             start = first._data.ctypes.data - root.ctypes.data
             return QTensor(root[start:start + sum(p._data.size for p in parts)], shape, first._type)
         return QTensor(cat([p.blocks for p in parts], 0), shape, first._type)
+
+
+def _file_map(data: np.ndarray):
+    """The read-only file map ``data`` views, or None."""
+    owner = _root(data).base
+    if isinstance(owner, memoryview):  # np.frombuffer's
+        owner = owner.obj
+    return owner if isinstance(owner, mmap.mmap) and not data.flags.writeable else None
+
+
+def release_pages(data: np.ndarray) -> bool:
+    """When ``data`` is a view of a read-only file map, tells the system its whole pages may leave memory
+    (they are read from the file again if used) and returns True; False for any other array."""
+    owner = _file_map(data)
+    if owner is None or not data.size:
+        return owner is not None
+    start = data.ctypes.data - np.frombuffer(owner, np.uint8).ctypes.data
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    end = (start + data.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if end > first:
+        owner.madvise(mmap.MADV_DONTNEED, first, end - first)
+    return True
 
 
 def _root(a: np.ndarray) -> np.ndarray:

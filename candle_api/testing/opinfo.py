@@ -715,6 +715,9 @@ op("rms_norm", lambda x, w, b: F.rms_norm(x, w, 1e-6), lambda x, w, b: R.rms_nor
    _norm_samples, NONSCALAR, tol_scale=8)
 
 
+op("silu_mul", lambda x: F.silu_mul(x), lambda x: R.silu_mul(x), FLOATS, _rows(), NONSCALAR, tol_scale=2)
+
+
 def _rope_samples(rng, dtype, layout):
     b = 0 if layout == "empty" else 2
     x = values(rng, dtype, (b, 3, 5, 8), -2, 2)
@@ -747,6 +750,7 @@ def _attention_samples(rng, dtype, layout):
         Sample(qkv(5, 7, 8, 6)),
         Sample(qkv(3, 4, 4, 3, heads=2, kv_heads=2), {"is_causal": True}),
         Sample(qkv(70, 300, 16, 12), {"is_causal": True}),
+        Sample(qkv(2, 300, 16, 12)),  # a few rows (a decoding step's) over several key blocks
         Sample(qkv(70, 300, 16, 12) + [Index(keep)]),
         Sample(qkv(5, 7, 8, 6) + [values(rng, dtype, (3, 1, 7), -2, 2)], {"scale": 0.3}),
         Sample(qkv(1, 9, 8, 8, heads=4, kv_heads=2), {"enable_gqa": True}),

@@ -60,6 +60,12 @@ def layer_norm(x, w, b, eps):
     return (x - mean) / np.sqrt(var + eps) * w + b
 
 
+def silu_mul(x):
+    f = x.shape[-1] // 2
+    gate = x[..., :f]
+    return gate * sigmoid(gate) * x[..., f:]
+
+
 def rms_norm(x, w, eps):
     return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * w
 

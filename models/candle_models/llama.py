@@ -153,6 +153,8 @@ class TransposedLinear(nn.Module):
         if any(isinstance(w, QTensor) for w in weights):
             self.quantized = _fused_rows([w if isinstance(w, QTensor) else QTensor.quantize(w, "f32")
                                           for w in weights])
+            for w in self.quantized:  # packed for the device's products where it has a layout for them
+                w.pack()
         else:
             self.weight_t = nn.Parameter(c.cat([w.t() for w in weights], 1))
         self.bias = nn.Parameter(c.cat([p.get((o,), "bias") for p, o in zip(parts, sizes)], 0)) if bias else None
@@ -194,7 +196,12 @@ def _fused_rows(weights: list) -> list:
             groups[-1].append(w)
         else:
             groups.append([w])
-    return [g[0] if len(g) == 1 else QTensor.cat_rows(g) for g in groups]
+    fused = [g[0] if len(g) == 1 else QTensor.cat_rows(g) for g in groups]
+    for g, f in zip(groups, fused):
+        if len(g) > 1 and not g[0].follows(g[1]):  # copied: the parts' pages in the file are not read again
+            for w in g:
+                w.release_pages()
+    return fused
 
 
 class LlamaAttention(nn.Module):
@@ -275,6 +282,8 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: c.Tensor) -> c.Tensor:
         gate_up = self.gate_up_proj(x)
+        if self.act is F.silu:  # SwiGLU's gate in one op
+            return self.down_proj(F.silu_mul(gate_up))
         return self.down_proj(self.act(gate_up.narrow(-1, 0, self.ffn)) * gate_up.narrow(-1, self.ffn, self.ffn))
 
 

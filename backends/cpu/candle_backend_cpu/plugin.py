@@ -53,7 +53,7 @@ def candle_api_backends():
             description="C kernels (libcandle_cpu)",
             details=_details,
             variants=_variants,
-            contract_version=3,  # with the quantized (2), recurrent layer, panels and int8 (3) rows
+            contract_version=3,  # with the quantized (2), recurrent layer, panels, int8 and packed quantized (3) rows
         )
     ]
 

@@ -1,5 +1,6 @@
 """The quantized rows of the contract (quantize, dequantize, qmatmul,
-qembedding) on every GGML type, against the reference NumPy codecs.
+qembedding, qpack, qmatmul_packed) on every GGML type, against the reference
+NumPy codecs (and packing).
 
 Quantize and dequantize are bit-exact. A quantized product may quantize its
 activations on the fly as ggml does (Q8_0, Q8_1 or Q8_K blocks, 127 levels
@@ -15,12 +16,18 @@ import pytest
 from candle_api.device import get_device
 from candle_api.errors import CandleError, IndexOutOfRangeError
 from candle_api.ops.creation import from_numpy, tensor
+from candle_api.ops.dispatch import apply
+from candle_api.ops.quantized import QPACK, qmatmul_packed
 from candle_api.quantized import GGML_TYPES, QTensor, dequantize_array, quantize_array
+from candle_api.quantized.packed import FIELD_KINDS, pack_array
 
 #: Every quantized type (f32/f16/bf16 are plain) but the activation-only Q8_K.
 TYPES = [name for name, t in GGML_TYPES.items() if t.block_size > 1 and name != "q8k"]
 #: The kernels these tests exercise (for test_coverage).
-KERNELS = {("quantize", "f32"), ("dequantize", "u8"), ("qmatmul", "f32"), ("qembedding", "u8")}
+KERNELS = {("quantize", "f32"), ("dequantize", "u8"), ("qmatmul", "f32"), ("qembedding", "u8"), ("qpack", "u8"),
+           ("qmatmul_packed", "f32")}
+#: The types with a packed layout.
+PACKED_TYPES = [name for name in TYPES if name in FIELD_KINDS]
 
 
 def _weights(rng, rows: int, cols: int) -> np.ndarray:
@@ -86,6 +93,55 @@ def test_qmatmul_within_rounding(candle_device, name, m):
     assert (err <= bound).all(), f"{name}: worst error {err.max():.3g} beyond its bound {bound.flat[err.argmax()]:.3g}"
 
 
+@pytest.mark.parametrize("name", PACKED_TYPES)
+def test_qpack_bit_exact(candle_device, name):
+    """Two groups of 16 rows and 5 rows left in the blocks' own layout."""
+    device = get_device(candle_device)
+    w, q = _quantized(device, name, 5, 37)
+    packed = apply(QPACK, q.blocks, qtype=GGML_TYPES[name].type_id, n=37)
+    np.testing.assert_array_equal(packed.numpy(), pack_array(quantize_array(w, name), name, w.shape))
+
+
+@pytest.mark.parametrize("m", [1, 3, 5, 9, 40])  # passes of 1..4 rows of activations, and several of them
+@pytest.mark.parametrize("name", PACKED_TYPES)
+def test_qmatmul_packed_within_rounding(candle_device, name, m):
+    device = get_device(candle_device)
+    rng = np.random.default_rng(7 + m)
+    k, n = _cols(name), 37
+    w = _weights(rng, n, k)
+    q = QTensor.quantize(from_numpy(w).to_device(device), name)
+    t = GGML_TYPES[name]
+    packed = apply(QPACK, q.blocks, qtype=t.type_id, n=n)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    y = qmatmul_packed(from_numpy(x).to_device(device), packed, t.type_id, n)
+    wq = dequantize_array(quantize_array(w, name), name, w.shape).astype(np.float64)
+    want = x.astype(np.float64) @ wq.T
+    err = np.abs(y.numpy() - want)
+    bound = qmatmul_bound(x, wq, t.block_size)
+    assert (err <= bound).all(), f"{name}: worst error {err.max():.3g} beyond its bound {bound.flat[err.argmax()]:.3g}"
+    # a row's result does not depend on the rows beside it
+    alone = qmatmul_packed(from_numpy(x[-1:]).to_device(device), packed, t.type_id, n)
+    np.testing.assert_array_equal(alone.numpy()[0], y.numpy()[-1])
+
+
+def test_packed_qtensor_keeps_its_values(candle_device):
+    """QTensor.pack: the products read the packed blocks; everything else gives what it gave before."""
+    device = get_device(candle_device)
+    w, q = _quantized(device, "q4_0", 6, 19)
+    want = quantize_array(w, "q4_0")
+    x = from_numpy(np.random.default_rng(6).standard_normal((2, w.shape[1])).astype(np.float32)).to_device(device)
+    before = q.matmul_t(x).numpy()
+    packs = q.pack()
+    assert q.packed == packs and q.pack() == packs and q.device == device
+    if packs:  # the same integer sums, in another order
+        np.testing.assert_allclose(q.matmul_t(x).numpy(), before, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(q.data, want)
+    np.testing.assert_array_equal(q.dequantize().numpy(), dequantize_array(want, "q4_0", w.shape))
+    np.testing.assert_array_equal(q.embedding(tensor([18, 0], dtype="u32", device=device)).numpy(),
+                                  dequantize_array(want, "q4_0", w.shape)[[18, 0]])
+    assert not QTensor.quantize(from_numpy(w[:, :256]).to_device(device), "q6k").pack()  # no packed layout
+
+
 def test_qmatmul_half_inputs_and_gradient(candle_device):
     device = get_device(candle_device)
     rng = np.random.default_rng(3)
@@ -124,3 +180,5 @@ def test_bad_blocks_are_refused(candle_device):
     q = QTensor(blocks, (2, 64), "q4_0")
     with pytest.raises(CandleError, match="input features"):
         q.matmul_t(from_numpy(np.zeros((1, 32), np.float32)).to_device(device))
+    with pytest.raises(CandleError, match="packed layout"):
+        apply(QPACK, QTensor.quantize(np.zeros((2, 256), np.float32), "q6k").blocks.to_device(device), qtype=14, n=2)

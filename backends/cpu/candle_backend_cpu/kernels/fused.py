@@ -1,9 +1,12 @@
 """Fused kernels: softmax and log_softmax over the last dim, layer_norm and
-rms_norm, rotary embeddings and scaled-dot-product attention."""
+rms_norm, rotary embeddings, SwiGLU's gate (silu_mul) and scaled-dot-product
+attention."""
 
 from __future__ import annotations
 
 from functools import partial
+
+from candle_api.errors import KernelError
 
 from ..library import error
 from .descriptors import LAYS, cached_lay, lay, pack
@@ -51,6 +54,20 @@ def rope(fn, interleaved, dt):
     return kernel
 
 
+def silu_mul(fn, dt):
+    """k(out, x, lx): silu of the first half of the last dim times the second half (x contiguous)."""
+    isz = dt.itemsize
+
+    def kernel(out, x, lx):
+        if not lx.contiguous:
+            raise KernelError("silu_mul: the cpu kernel takes a contiguous input")
+        f = lx.shape[-1] // 2
+        if fn(dt.code, lx.numel // max(2 * f, 1), f, x.ptr + lx.offset * isz, out.ptr):
+            raise error()
+
+    return kernel
+
+
 def sdpa(fn, dt):
     """k(out, q, lq, k, lk, v, lv, mask, lmask, mask_dtype, causal, scale)."""
     isz = dt.itemsize
@@ -77,4 +94,5 @@ def makers(lib) -> dict:
         "rope": partial(rope, lib.cd_rope, 0),
         "rope_i": partial(rope, lib.cd_rope, 1),
         "sdpa": partial(sdpa, lib.cd_sdpa),
+        "silu_mul": partial(silu_mul, lib.cd_silu_mul),
     }

@@ -41,14 +41,27 @@ def quantize(fn, dt):
     return kernel
 
 
-def qmatmul(fn, dt):
-    """k(out, x, lx, blocks, lblocks, qtype, n): out (..., n) = x (..., k) @ W^T."""
+def qmatmul(fn, dt, op="qmatmul"):
+    """k(out, x, lx, blocks, lblocks, qtype, n): out (..., n) = x (..., k) @ W^T (qmatmul_packed: the
+    blocks packed by qpack)."""
 
     def kernel(out, x, lx, blocks, lb, qtype, n):
         if not (lx.contiguous and lb.contiguous):
-            _contiguous("qmatmul", lx, lb)
+            _contiguous(op, lx, lb)
         k = lx.shape[-1]
         if fn(qtype, math.prod(lx.shape[:-1]), n, k, blocks.ptr + lb.offset, x.ptr + lx.offset * 4, out.ptr):
+            raise error()
+
+    return kernel
+
+
+def qpack(fn, dt):
+    """k(out, blocks, lblocks, qtype, n): W's blocks (n rows) in the packed layout."""
+
+    def kernel(out, blocks, lb, qtype, n):
+        _contiguous("qpack", lb)
+        t = GGML_TYPE_IDS[qtype]
+        if fn(qtype, n, lb.numel // t.type_size * t.block_size // max(n, 1), blocks.ptr + lb.offset, out.ptr):
             raise error()
 
     return kernel
@@ -70,4 +83,6 @@ def qembedding(fn, dt):
 
 def makers(lib) -> dict:
     return {"dequantize": partial(dequantize, lib.cd_dequantize), "quantize": partial(quantize, lib.cd_quantize),
-            "qmatmul": partial(qmatmul, lib.cd_qmatmul), "qembedding": partial(qembedding, lib.cd_qembedding)}
+            "qmatmul": partial(qmatmul, lib.cd_qmatmul), "qembedding": partial(qembedding, lib.cd_qembedding),
+            "qpack": partial(qpack, lib.cd_qpack),
+            "qmatmul_packed": partial(qmatmul, lib.cd_qmatmul_packed, op="qmatmul_packed")}

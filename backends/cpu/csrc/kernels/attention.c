@@ -6,7 +6,8 @@
  * rows and walks the keys in blocks of BK with an online softmax (a running
  * max and sum per row; the partial output is rescaled when the max grows), so
  * no more than a BQ x BK block of scores exists at any time. Both products go
- * through the GEMM of the chosen instruction set: f32 and f64 operands are
+ * through the GEMM of the chosen instruction set (but the scores of a few f32
+ * query rows, which take dot products): f32 and f64 operands are
  * read in place at their strides, f16/bf16 blocks are converted to f32 first.
  * Causal masking is PyTorch's (query i sees keys j <= i); key blocks wholly
  * above the diagonal are skipped. A row whose every score is -inf (fully
@@ -57,11 +58,13 @@ static operand block(const sdpa_ctx *c, int o, int64_t off, int64_t r0, int64_t 
 #define ATTEND_T float
 #define ATTEND_GEMM_DT CD_f32
 #define ATTEND_EXP_ROW(x, n) cd_unary_loop(CD_UNARY_exp, CD_f32)(n, x, x)
+#define ATTEND_DOT_ROWS 1
 #include "templates/attend.h"
 
 #define ATTEND_T double
 #define ATTEND_GEMM_DT CD_f64
 #define ATTEND_EXP_ROW(x, n) for (int64_t j = 0; j < n; j++) x[j] = exp(x[j])
+#define ATTEND_DOT_ROWS 0
 #include "templates/attend.h"
 
 /* Buffer bytes for one task: scores, accumulator, block product, row stats,

@@ -200,3 +200,51 @@ int cd_rope(int32_t dtype, const int64_t *shape, const int64_t *lay, const void 
     if (rows == 0 || c.d == 0) return 0;
     return cd_parallel_for(rows, CD_MAX(1, CD_GRAIN / c.d), rope_task, &c);
 }
+
+/* ---- silu_mul: SwiGLU's gate ------------------------------------------------------------------- */
+typedef struct {
+    int dtype;
+    int64_t f;
+    cd_unary_fn silu; /* of the compute type */
+    const char *x;
+    char *out;
+} silu_mul_ctx;
+
+#define GEN_MUL_ROW(T)                                                                     \
+    static void mul_row_##T(T *o, const T *u, int64_t n) {                                 \
+        for (int64_t j = 0; j < n; j++) o[j] *= u[j];                                      \
+    }
+GEN_MUL_ROW(float)
+GEN_MUL_ROW(double)
+
+static int silu_mul_task(void *vctx, int64_t begin, int64_t end) {
+    const silu_mul_ctx *c = vctx;
+    const int isz = cd_dtype_size(c->dtype), csz = cd_ct_size(c->dtype), f64 = c->dtype == CD_f64;
+    const int direct = c->dtype == CD_f32 || f64; /* f16 and bf16 go through f32 rows */
+    char *buf = direct ? NULL : cd_scratch(3 * c->f * csz);
+    if (!direct && !buf) return -1;
+    for (int64_t r = begin; r < end; r++) {
+        const char *gate = c->x + 2 * r * c->f * isz, *up = gate + c->f * isz;
+        char *o = direct ? c->out + r * c->f * isz : buf + 2 * c->f * csz;
+        if (!direct) {
+            cd_load_ct(c->dtype, gate, c->f, 1, buf);
+            cd_load_ct(c->dtype, up, c->f, 1, buf + c->f * csz);
+            gate = buf;
+            up = buf + c->f * csz;
+        }
+        c->silu(c->f, gate, o);
+        if (f64) mul_row_double((double *)o, (const double *)up, c->f);
+        else mul_row_float((float *)o, (const float *)up, c->f);
+        if (!direct) cd_store_ct(c->dtype, o, c->f, c->out + r * c->f * isz);
+    }
+    cd_scratch_free(buf);
+    return 0;
+}
+
+int cd_silu_mul(int32_t dtype, int64_t rows, int64_t f, const void *x, void *out) {
+    if (!cd_dtype_is_float(dtype)) return cd_fail("silu_mul needs a float dtype, got %s", cd_dtype_name(dtype));
+    if (rows < 0 || f < 0) return cd_fail("silu_mul: negative size");
+    if (rows == 0 || f == 0) return 0;
+    silu_mul_ctx c = {dtype, f, cd_unary_loop(CD_UNARY_silu, dtype == CD_f64 ? CD_f64 : CD_f32), x, out};
+    return cd_parallel_for(rows, CD_MAX(1, CD_GRAIN / f), silu_mul_task, &c);
+}

@@ -91,6 +91,33 @@ typedef struct {
 /* The type with ggml id `id`, or NULL when candle-api does not handle it. */
 const cd_qtype_info *cd_qtype(int32_t id);
 
+/* ---- the packed layout (candle_api/quantized/packed.py) ----------------------------------------------
+ * Rows in groups of 16, each group one block column after another; in the tile of a column's 16 blocks
+ * each field of the block struct follows the one before, its 16 copies arranged by the field's kind: */
+#define CD_QPACK_GROUP 16
+enum {
+    CD_QF_ROWS,   /* the 16 rows' fields one after another */
+    CD_QF_WORDS,  /* runs of 4 bytes: run j of row r at 64 j + 4 r */
+    CD_QF_PLANES, /* byte i of the 16 rows' fields together */
+    CD_QF_BITS    /* q5's fifth bits as 8 64-bit masks: mask 2j + h, bit 4r + i = the bit of value 16h + 4j + i */
+};
+typedef struct { uint8_t kind, offset, size; } cd_qfield;
+typedef struct {
+    int nfields;
+    cd_qfield field[4]; /* in struct order; a field's tile offset is 16 times its block offset */
+} cd_qpack_layout;
+
+/* The packed layout of type `id`, or NULL when it has none. */
+const cd_qpack_layout *cd_qpack_layout_of(int32_t id);
+/* The 16 rows of one group (nb tiles) back in their own layout: row r's blocks at rows + r * nb * type_size. */
+void cd_qunpack_group(const cd_qtype_info *t, const cd_qpack_layout *l, const char *tiles, int64_t nb, char *rows);
+
+/* A packed group's products with activation rows: y[i * ldy + r] = row r of the group . activation row i,
+ * for r < 16 and i < m; activation row i (in the type's act_type, with the tables of the 32-value types
+ * before it) at act + i * act_row. */
+typedef void cd_qgroup_fn(const void *tiles, int64_t nb, const char *act, int64_t act_row, int64_t m, float *y,
+                          int64_t ldy);
+
 /* E8M0 to float as MXFP4 uses it: 2^(e - 127) / 2 (the values are E2M1 doubled). */
 static inline float cd_e8m0_to_f32_half(uint8_t e) {
     union { uint32_t u; float f; } v;

@@ -42,7 +42,7 @@ static int64_t rows_per_task(int64_t row_bytes) { return CD_MAX(1, QMM_GRAIN_BYT
 /* ---- few rows: dot products ---------------------------------------------------------------------- */
 typedef struct {
     cd_qdot_fn *dot;
-    int64_t m, n, k, w_row, act_row;
+    int64_t m, n, k, w_row, act_row, ldy;
     const char *w, *act;
     float *y;
 } dots_ctx;
@@ -51,7 +51,7 @@ static int dots_task(void *vctx, int64_t begin, int64_t end) {
     const dots_ctx *c = vctx;
     for (int64_t i = 0; i < c->m; i++) { /* the task's weight rows stay in L1/L2 across the rows of x */
         const char *act = c->act + i * c->act_row;
-        float *y = c->y + i * c->n;
+        float *y = c->y + i * c->ldy;
         for (int64_t j = begin; j < end; j++) {
             /* A model's matrices are short streams from memory, each split over the threads: the hardware
              * prefetcher barely ramps up before one ends, so ask for the rows ahead. */
@@ -65,37 +65,47 @@ static int dots_task(void *vctx, int64_t begin, int64_t end) {
     return 0;
 }
 
-/* Quantizes a row of x into act_type blocks at `blocks`; for the 32-value types also fills the tables that
- * precede them (kernels/quant.h). */
-static void quantize_act(const cd_qtype_info *at, const float *x, int64_t k, char *blocks) {
-    at->quantize(x, blocks, k);
-    if (at->block_size != CD_QK) return;
-    const int64_t nb = k / CD_QK;
-    float *scales = (float *)cd_act_scales(blocks, nb);
-    int32_t *sums = (int32_t *)cd_act_sums(blocks, nb);
-    const int levels = at->id == CD_Q8_1 ? 4 : 2; /* the levels follow d (and s) */
-    for (int64_t b = 0; b < nb; b++) {
-        const char *block = blocks + b * at->type_size;
-        uint16_t d;
-        memcpy(&d, block, 2);
-        scales[b] = cd_f16_to_f32(d);
-        int32_t sum = 0;
-        for (int j = 0; j < CD_QK; j++) sum += ((const int8_t *)block + levels)[j];
-        sums[b] = sum;
-    }
+/* The m rows of x quantized for the dot products of type t. */
+typedef struct {
+    const cd_qtype_info *at;
+    int64_t k, tables, row; /* row: bytes per quantized row, tables included */
+    const float *x;
+    char *act; /* row i's blocks at act + i * row (its tables before them) */
+} act_rows;
+
+static int act_task(void *vctx, int64_t begin, int64_t end) {
+    const act_rows *a = vctx;
+    for (int64_t i = begin; i < end; i++) cd_ops.quantize_act(a->at->id, a->x + i * a->k, a->k, a->act + i * a->row);
+    return 0;
+}
+
+/* Quantizes x into scratch memory (NULL on failure; release with act_free). */
+static int act_quantize(act_rows *a, const cd_qtype_info *t, int64_t m, int64_t k, const float *x) {
+    const cd_qtype_info *at = cd_qtype(t->act_type);
+    const int64_t blocks = k / at->block_size, tables = at->block_size == CD_QK ? 8 * blocks : 0;
+    const int64_t row = (tables + blocks * at->type_size + 7) & ~(int64_t)7; /* rows stay 8-byte aligned */
+    char *mem = cd_scratch(m * row);
+    *a = (act_rows){at, k, tables, row, x, mem ? mem + tables : NULL};
+    if (!mem) return -1;
+    return cd_parallel_for(m, CD_MAX(1, CD_GRAIN / CD_MAX(1, k)), act_task, a);
+}
+
+static void act_free(act_rows *a) {
+    if (a->act) cd_scratch_free(a->act - a->tables);
+}
+
+static int run_dots(const cd_qtype_info *t, const act_rows *a, int64_t m, int64_t n, int64_t k, const char *w,
+                    float *y, int64_t ldy) {
+    dots_ctx c = {cd_ops.qdot[t->id], m, n, k, k / t->block_size * t->type_size, a->row, ldy, w, a->act, y};
+    return cd_parallel_for(n, rows_per_task(c.w_row), dots_task, &c);
 }
 
 static int qmatmul_dots(const cd_qtype_info *t, int64_t m, int64_t n, int64_t k, const void *w, const float *x,
                         float *y) {
-    const cd_qtype_info *at = cd_qtype(t->act_type);
-    const int64_t blocks = k / at->block_size, tables = at->block_size == CD_QK ? 8 * blocks : 0;
-    const int64_t act_row = (tables + blocks * at->type_size + 7) & ~(int64_t)7; /* rows stay 8-byte aligned */
-    char *act = cd_scratch(m * act_row);
-    if (!act) return -1;
-    for (int64_t i = 0; i < m; i++) quantize_act(at, x + i * k, k, act + i * act_row + tables);
-    dots_ctx c = {cd_ops.qdot[t->id], m, n, k, k / t->block_size * t->type_size, act_row, w, act + tables, y};
-    int rc = cd_parallel_for(n, rows_per_task(c.w_row), dots_task, &c);
-    cd_scratch_free(act);
+    act_rows a;
+    int rc = act_quantize(&a, t, m, k, x);
+    if (rc == 0) rc = run_dots(t, &a, m, n, k, w, y, n);
+    act_free(&a);
     return rc;
 }
 
@@ -191,6 +201,69 @@ CD_API int cd_qmatmul(int32_t type, int64_t m, int64_t n, int64_t k, const void 
     if (m < QMM_TILE_MIN_ROWS && t->act_type >= 0 && cd_ops.qdot[t->id]) return qmatmul_dots(t, m, n, k, w, x, y);
     if (m < QMM_GEMM_MIN_ROWS) return qmatmul_tiles(t, m, n, k, w, x, y);
     return qmatmul_gemm(t, m, n, k, w, x, y);
+}
+
+/* ---- packed weights (kernels/quant_pack.c): groups of 16 rows ----------------------------------------------
+ * Every m takes the integer path: each group's tiles stay in L1 while the rows of x pass by a few at a time
+ * (cd_ops.qgroup), so a prompt streams the weights once. Without a vector kernel the groups are unpacked and
+ * multiplied row by row. */
+typedef struct {
+    const cd_qtype_info *t;
+    const cd_qpack_layout *l;
+    cd_qgroup_fn *group;
+    int64_t m, n, k, nb, group_bytes;
+    const act_rows *a;
+    const char *w;
+    float *y;
+} packed_ctx;
+
+static int packed_task(void *vctx, int64_t g0, int64_t g1) {
+    const packed_ctx *c = vctx;
+    if (c->group) {
+        for (int64_t g = g0; g < g1; g++)
+            c->group(c->w + g * c->group_bytes, c->nb, c->a->act, c->a->row, c->m, c->y + g * CD_QPACK_GROUP, c->n);
+        return 0;
+    }
+    char *rows = cd_scratch(c->group_bytes);
+    if (!rows) return -1;
+    const int64_t row_bytes = c->nb * c->t->type_size;
+    for (int64_t g = g0; g < g1; g++) {
+        cd_qunpack_group(c->t, c->l, c->w + g * c->group_bytes, c->nb, rows);
+        for (int64_t i = 0; i < c->m; i++)
+            for (int r = 0; r < CD_QPACK_GROUP; r++)
+                c->y[i * c->n + g * CD_QPACK_GROUP + r] =
+                    cd_ops.qdot[c->t->id](c->k, rows + r * row_bytes, c->a->act + i * c->a->row);
+    }
+    cd_scratch_free(rows);
+    return 0;
+}
+
+CD_API int cd_qmatmul_packed(int32_t type, int64_t m, int64_t n, int64_t k, const void *w, const float *x,
+                             float *y) {
+    if (m < 0 || n < 0 || k < 0) return cd_fail("qmatmul_packed: negative size (m %lld, n %lld, k %lld)",
+                                                (long long)m, (long long)n, (long long)k);
+    const cd_qtype_info *t = checked_type(type, k, "qmatmul_packed");
+    if (!t) return -1;
+    const cd_qpack_layout *l = cd_qpack_layout_of(type);
+    if (!l) return cd_fail("qmatmul_packed: %s has no packed layout", t->name);
+    if (m == 0 || n == 0) return 0;
+    if ((uintptr_t)x % 4 || (uintptr_t)y % 4) return cd_fail("qmatmul_packed: misaligned buffer (x and y need 4-byte alignment)");
+    if (k == 0) {
+        memset(y, 0, (size_t)(m * n) * sizeof(float));
+        return 0;
+    }
+    act_rows a;
+    int rc = act_quantize(&a, t, m, k, x);
+    const int64_t nb = k / t->block_size, groups = n / CD_QPACK_GROUP, group_bytes = CD_QPACK_GROUP * nb * t->type_size;
+    packed_ctx c = {t, l, cd_ops.qgroup[t->id], m, n, k, nb, group_bytes, &a, w, y};
+    /* a group's work grows with m: keep tasks near the grain in products, not only in bytes */
+    if (rc == 0) rc = cd_parallel_for(groups, CD_MAX(1, rows_per_task(group_bytes) / m), packed_task, &c);
+    /* the rows past the last whole group are in the blocks' own layout */
+    if (rc == 0 && n > groups * CD_QPACK_GROUP)
+        rc = run_dots(t, &a, m, n - groups * CD_QPACK_GROUP, k, (const char *)w + groups * group_bytes,
+                      y + groups * CD_QPACK_GROUP, n);
+    act_free(&a);
+    return rc;
 }
 
 /* ---- rows looked up: an embedding table kept quantized --------------------------------------------- */

@@ -25,7 +25,7 @@ extern "C" {
 
 /* Bumped whenever a signature below changes; the Python side refuses a library
  * whose version differs from the one it was written for. */
-#define CD_ABI_VERSION 5
+#define CD_ABI_VERSION 6
 
 /* Most dimensions an op accepts (the Python core enforces the same limit). */
 #define CD_MAX_DIMS 32
@@ -221,6 +221,9 @@ CD_API int cd_norm_last(int32_t dtype, const int64_t *lay, const void *x, const 
 CD_API int cd_rope(int32_t dtype, const int64_t *shape, const int64_t *lay, const void *x,
                    const void *cos, const void *sin, void *out, int32_t interleaved,
                    int32_t per_batch);
+/* out (rows x f) = silu(x[:, :f]) * x[:, f:] for x (rows x 2f), both contiguous: SwiGLU's gate and up
+ * halves of one product; float dtypes (f16 and bf16 computed in f32). */
+CD_API int cd_silu_mul(int32_t dtype, int64_t rows, int64_t f, const void *x, void *out);
 /* Fused optimizer steps, in place over n contiguous elements of dtype (f32,
  * f64). AdamW: hp = [lr, beta1, beta2, eps, weight_decay, 1 - beta1^t,
  * 1 - beta2^t]. SGD: hp = [lr, weight_decay, momentum, dampening]; m is the
@@ -304,6 +307,11 @@ CD_API int cd_dequantize(int32_t type, int64_t nrows, int64_t ncols, const void 
 /* y (m x n, contiguous f32) = x (m x k, contiguous f32) @ W^T, W n rows of k
  * values in blocks of the type (contiguous). */
 CD_API int cd_qmatmul(int32_t type, int64_t m, int64_t n, int64_t k, const void *w, const float *x, float *y);
+/* W (n rows of k values in blocks of the type) in the packed layout of its type (kernels/quant.h,
+ * candle_api/quantized/packed.py): dst takes as many bytes as src, and must not overlap it. */
+CD_API int cd_qpack(int32_t type, int64_t n, int64_t k, const void *src, void *dst);
+/* As cd_qmatmul, W packed by cd_qpack. */
+CD_API int cd_qmatmul_packed(int32_t type, int64_t m, int64_t n, int64_t k, const void *w, const float *x, float *y);
 /* out (nids x k, f32) = rows ids (of the index dtype id_dtype) of W (rows x k in
  * blocks of the type); an id outside [0, rows) fails. */
 CD_API int cd_qembedding(int32_t type, int64_t rows, int64_t k, const void *w, int32_t id_dtype, int64_t nids,

@@ -56,6 +56,10 @@ typedef struct {
     /* y[i * ldy + j] = x[i] . w[j] for the m rows of x and the nw <= 4 rows of w, each k contiguous floats
      * (a tile of decoded weight rows against a few activation rows: each load of x feeds nw products). */
     void (*dot_rows_f32)(const float *w, int nw, const float *x, int64_t m, int64_t k, float *y, int64_t ldy);
+    /* A row of k activations quantized to blocks of act_type (q8_0, q8_1 or q8_K) at `blocks`, bit for bit
+     * as the type's reference quantizer; the 32-value types also get the tables before the blocks
+     * (kernels/quant.h). */
+    void (*quantize_act)(int32_t act_type, const float *x, int64_t k, char *blocks);
     /* By ggml type id: a weight row's dot product with activations quantized in its act_type. */
     cd_qdot_fn *qdot[CD_QTYPE_COUNT];
     /* Products with packed weights (kernels/panels.c): the register tile (at most
@@ -73,6 +77,8 @@ typedef struct {
     /* By ggml type id: rows decoded to f32 for the GEMM path (NULL: the type's own dequantizer); the
      * same values up to the rounding of a fused multiply-add. */
     cd_dequant_row_fn *qdecode[CD_QTYPE_COUNT];
+    /* By ggml type id: a packed group's products with rows of activations (NULL: unpack, then qdot). */
+    cd_qgroup_fn *qgroup[CD_QTYPE_COUNT];
 } cd_isa_ops;
 
 extern cd_isa_ops cd_ops;

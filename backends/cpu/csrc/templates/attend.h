@@ -5,6 +5,7 @@
  *                         functions: attend_float...
  *   ATTEND_GEMM_DT        its dtype code for the GEMM (CD_f32, CD_f64)
  *   ATTEND_EXP_ROW(x, n)  x[j] = exp(x[j]) for j < n, in place
+ *   ATTEND_DOT_ROWS       1 when T is float: few query rows take cd_ops.dot_rows_f32
  *
  * and what attention.c defines before it: sdpa_ctx, operand, block(),
  * batch_offsets(), BQ and BK. */
@@ -35,6 +36,17 @@ static void ATTEND_NAME(mask_row)(const sdpa_ctx *c, int64_t moff, int64_t i, in
         for (int64_t j = CD_MAX(0, i + 1 - s0); j < bk; j++) srow[j] = -INFINITY;
 }
 
+/* sc (rows x bk, leading dim BK) = q @ k^T. A few rows of f32 (a decoding step's query heads) take dot
+ * products with the key rows as they lie; the GEMM would first transpose the key block into its panels. */
+static int ATTEND_NAME(scores)(int64_t rows, int64_t bk, int64_t E, operand q, operand k, T *sc) {
+    if (ATTEND_DOT_ROWS && rows <= 4 && q.cs == 1 && q.rs == E && k.cs == 1 && k.rs == E) {
+        for (int64_t j = 0; j < bk; j += 4)
+            cd_ops.dot_rows_f32((const float *)k.p + j * E, (int)CD_MIN(4, bk - j), q.p, rows, E, (float *)sc + j, BK);
+        return 0;
+    }
+    return cd_ops.gemm(ATTEND_GEMM_DT, rows, bk, E, q.p, q.rs, q.cs, k.p, k.cs, k.rs, sc, BK);
+}
+
 /* Rows [i0, i0 + rows) of batch entry bi. ws holds the block buffers. */
 static int ATTEND_NAME(attend)(const sdpa_ctx *c, int64_t bi, int64_t i0, int64_t rows, T *ws) {
     const int64_t E = c->E, Ev = c->Ev;
@@ -51,7 +63,7 @@ static int ATTEND_NAME(attend)(const sdpa_ctx *c, int64_t bi, int64_t i0, int64_
     for (int64_t s0 = 0; s0 < s_end; s0 += BK) {
         const int64_t bk = CD_MIN(BK, s_end - s0);
         const operand kt = block(c, K, off[K], s0, bk, E, kv_buf); /* read as k^T */
-        if (cd_ops.gemm(ATTEND_GEMM_DT, rows, bk, E, q.p, q.rs, q.cs, kt.p, kt.cs, kt.rs, sc, BK)) return -1;
+        if (ATTEND_NAME(scores)(rows, bk, E, q, kt, sc)) return -1;
         for (int64_t r = 0; r < rows; r++) {
             T *srow = sc + r * BK, *arow = acc + r * Ev;
             ATTEND_NAME(mask_row)(c, off[M], i0 + r, s0, bk, srow, tmp);
@@ -91,3 +103,4 @@ static int ATTEND_NAME(attend)(const sdpa_ctx *c, int64_t bi, int64_t i0, int64_
 #undef ATTEND_T
 #undef ATTEND_GEMM_DT
 #undef ATTEND_EXP_ROW
+#undef ATTEND_DOT_ROWS

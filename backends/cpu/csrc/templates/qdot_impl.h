@@ -472,9 +472,106 @@ static void QD_NAME(decode_iq4_xs)(const void *vb, float *y, int64_t n) {
     }
 }
 
+/* ---- activations quantized for the dot products, bit for bit as the reference quantizers ----------------- */
+
+/* roundf (to nearest, halves away from zero) as int32: v and its distance to its truncation are exact. */
+static inline __m256i QD_NAME(round_away)(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 half = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 step = _mm256_and_ps(half, _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, sign)));
+    return _mm256_cvttps_epi32(_mm256_add_ps(t, step));
+}
+
+static inline float QD_NAME(hmax)(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+/* 32 int32 levels (in [-127, 127]) stored as bytes, in order. */
+static inline void QD_NAME(store_levels)(const __m256i q[4], int8_t *out) {
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256((__m256i *)out, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+/* q8_0 / q8_1 levels of 32 values (d = absmax / 127, levels x / d rounded half away); returns d, and
+ * the levels' sum in *sum. */
+static inline float QD_NAME(q8_block)(const float *x, int8_t *out, int32_t *sum) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], amax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+    }
+    const float d = QD_NAME(hmax)(amax) / 127;
+    const __m256 id = _mm256_set1_ps(d ? 1.0f / d : 0.0f);
+    __m256i q[4];
+    for (int i = 0; i < 4; i++) q[i] = QD_NAME(round_away)(_mm256_mul_ps(v[i], id));
+    QD_NAME(store_levels)(q, out);
+    *sum = QD_NAME(hsum_i32)(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+    return d;
+}
+
+/* q8_K: levels min(127, nearest_int(x * -127 / max)) for max the first value of largest magnitude. */
+static inline void QD_NAME(q8k_block)(const float *x, cd_block_q8_K *y) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 amax = _mm256_setzero_ps();
+    for (int i = 0; i < CD_QK_K; i += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    const float a = QD_NAME(hmax)(amax);
+    float max = 0;
+    for (int i = 0; i < CD_QK_K && a > 0; i++)
+        if (fabsf(x[i]) == a) {
+            max = x[i];
+            break;
+        }
+    if (!max) {
+        memset(y, 0, sizeof *y);
+        return;
+    }
+    const float iscale = -127.f / max;
+    const __m256 s = _mm256_set1_ps(iscale);
+    for (int i = 0; i < CD_QK_K; i += 32) {
+        __m256i q[4];
+        for (int j = 0; j < 4; j++)
+            q[j] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * j), s)),
+                                    _mm256_set1_epi32(127));
+        QD_NAME(store_levels)(q, y->qs + i);
+        y->bsums[i / 16] = (int16_t)QD_NAME(hsum_i32)(_mm256_add_epi32(q[0], q[1]));
+        y->bsums[i / 16 + 1] = (int16_t)QD_NAME(hsum_i32)(_mm256_add_epi32(q[2], q[3]));
+    }
+    y->d = 1 / iscale;
+}
+
+static void QD_NAME(quantize_act)(int32_t act_type, const float *x, int64_t k, char *blocks) {
+    if (act_type == CD_Q8_K) {
+        for (int64_t b = 0; b < k / CD_QK_K; b++) QD_NAME(q8k_block)(x + b * CD_QK_K, (cd_block_q8_K *)blocks + b);
+        return;
+    }
+    const int64_t nb = k / CD_QK;
+    float *scales = (float *)cd_act_scales(blocks, nb);
+    int32_t *sums = (int32_t *)cd_act_sums(blocks, nb);
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t sum;
+        if (act_type == CD_Q8_1) {
+            cd_block_q8_1 *y = (cd_block_q8_1 *)blocks + b;
+            const float d = QD_NAME(q8_block)(x + b * CD_QK, y->qs, &sum);
+            y->d = cd_f32_to_f16(d);
+            y->s = cd_f32_to_f16((float)sum * d); /* the f32 d, not the rounded one */
+            scales[b] = cd_f16_to_f32(y->d);
+        } else {
+            cd_block_q8_0 *y = (cd_block_q8_0 *)blocks + b;
+            y->d = cd_f32_to_f16(QD_NAME(q8_block)(x + b * CD_QK, y->qs, &sum));
+            scales[b] = cd_f16_to_f32(y->d);
+        }
+        sums[b] = sum;
+    }
+}
+
 #include "templates/qdot_k23_impl.h"
 
 void QDOT_FILL(cd_isa_ops *ops) {
+    ops->quantize_act = QD_NAME(quantize_act);
     ops->qdecode[CD_Q4_0] = QD_NAME(decode_q4_0);
     ops->qdecode[CD_Q4_1] = QD_NAME(decode_q4_1);
     ops->qdecode[CD_Q8_0] = QD_NAME(decode_q8_0);

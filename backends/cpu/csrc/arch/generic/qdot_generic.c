@@ -19,6 +19,26 @@ static float qdot_decoded(int32_t type, int64_t n, const void *w, const void *ac
     return sum;
 }
 
+/* The reference quantizer, then the tables of the 32-value types from the blocks. */
+static void quantize_act(int32_t act_type, const float *x, int64_t k, char *blocks) {
+    const cd_qtype_info *at = cd_qtype(act_type);
+    at->quantize(x, blocks, k);
+    if (at->block_size != CD_QK) return;
+    const int64_t nb = k / CD_QK;
+    float *scales = (float *)cd_act_scales(blocks, nb);
+    int32_t *sums = (int32_t *)cd_act_sums(blocks, nb);
+    const int levels = act_type == CD_Q8_1 ? 4 : 2; /* the levels follow d (and s) */
+    for (int64_t b = 0; b < nb; b++) {
+        const char *block = blocks + b * at->type_size;
+        uint16_t d;
+        memcpy(&d, block, 2);
+        scales[b] = cd_f16_to_f32(d);
+        int32_t sum = 0;
+        for (int j = 0; j < CD_QK; j++) sum += ((const int8_t *)block + levels)[j];
+        sums[b] = sum;
+    }
+}
+
 #define QDOT_GENERIC(type) \
     static float qdot_##type(int64_t n, const void *w, const void *act) { return qdot_decoded(CD_##type, n, w, act); }
 #define QDOT_TYPES(X) \
@@ -26,6 +46,7 @@ static float qdot_decoded(int32_t type, int64_t n, const void *w, const void *ac
 QDOT_TYPES(QDOT_GENERIC)
 
 void cd_qdot_generic(cd_isa_ops *ops) {
+    ops->quantize_act = quantize_act;
 #define QDOT_SET(type) ops->qdot[CD_##type] = qdot_##type;
     QDOT_TYPES(QDOT_SET)
 #undef QDOT_SET

@@ -24,9 +24,11 @@ static void fill_avx512(cd_isa_ops *ops) {
     cd_panels_avx512(ops);
     if (__builtin_cpu_supports("avx512vnni")) {
         cd_qdot_avx512vnni(ops);
+        cd_qpacked_avx512vnni(ops);
         cd_int8_avx512vnni(ops);
     } else {
         cd_qdot_avx2(ops);
+        cd_qpacked_avx2(ops);
         cd_int8_avx2(ops);
     }
 }
@@ -38,6 +40,7 @@ static void fill_avx2(cd_isa_ops *ops) {
     cd_panels_avx2(ops);
     cd_int8_avx2(ops);
     cd_qdot_avx2(ops);
+    cd_qpacked_avx2(ops);
 }
 
 const cd_isa_set cd_arch_sets[] = {

@@ -13,6 +13,9 @@ void cd_vmath_avx512(cd_isa_ops *ops);
 /* The quantized dot products (templates/qdot_impl.h). */
 void cd_qdot_avx2(cd_isa_ops *ops);
 void cd_qdot_avx512vnni(cd_isa_ops *ops);
+/* The packed-weight kernels (templates/qpacked_impl.h). */
+void cd_qpacked_avx2(cd_isa_ops *ops);
+void cd_qpacked_avx512vnni(cd_isa_ops *ops);
 /* The tiles of the products with packed weights (panels_<set>.c). */
 void cd_panels_avx2(cd_isa_ops *ops);
 void cd_panels_avx512(cd_isa_ops *ops);

@@ -1,0 +1,111 @@
+/* The packed-weight kernels (templates/qpacked_impl.h) on AVX2: a 16-lane
+ * vector is two 256-bit halves (rows 0-7, 8-15), and a 4-byte dot product is
+ * vpmaddubsw (pairs of byte products in 16 bits) then vpmaddwd. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "arch/x86/isa_x86.h"
+
+typedef struct { __m256i lo, hi; } qp_i;
+typedef struct { __m256 lo, hi; } qp_f;
+#define QP_VNNI 0
+#define QP_MR 2 /* 16 ymm registers */
+#define QPACKED_FILL cd_qpacked_avx2
+
+#define QP_EACH(f) {f(a.lo), f(a.hi)}
+#define QP_EACH2(f) {f(a.lo, b.lo), f(a.hi, b.hi)}
+
+static inline qp_i qp_zero(void) { return (qp_i){_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+static inline qp_i qp_load(const void *p) {
+    return (qp_i){_mm256_loadu_si256((const __m256i *)p), _mm256_loadu_si256((const __m256i *)p + 1)};
+}
+static inline qp_i qp_and(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_and_si256); }
+static inline qp_i qp_or(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_or_si256); }
+static inline qp_i qp_xor(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_xor_si256); }
+static inline qp_i qp_add32(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_add_epi32); }
+static inline qp_i qp_sub32(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_sub_epi32); }
+static inline qp_i qp_srli4(qp_i a) { return (qp_i){_mm256_srli_epi16(a.lo, 4), _mm256_srli_epi16(a.hi, 4)}; }
+static inline qp_i qp_set1_8(char c) { return (qp_i){_mm256_set1_epi8(c), _mm256_set1_epi8(c)}; }
+static inline qp_i qp_set1_32(int v) { return (qp_i){_mm256_set1_epi32(v), _mm256_set1_epi32(v)}; }
+static inline qp_i qp_bcast4(const void *p) {
+    int v;
+    memcpy(&v, p, 4);
+    return qp_set1_32(v);
+}
+static inline qp_i qp_table16(const int8_t *t) {
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t));
+    return (qp_i){v, v};
+}
+static inline qp_i qp_shuffle(qp_i table, qp_i idx) {
+    return (qp_i){_mm256_shuffle_epi8(table.lo, idx.lo), _mm256_shuffle_epi8(table.hi, idx.hi)};
+}
+/* 32 bits as 32 bytes, 16 where the bit is set. */
+static inline __m256i bits32(uint32_t x) {
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x),
+                                               _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                                                 0x0101010101010101LL, 0));
+    const __m256i mask = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), _mm256_set1_epi8(16));
+}
+static inline qp_i qp_bits16(const void *p) {
+    uint32_t m[2];
+    memcpy(m, p, 8);
+    return (qp_i){bits32(m[0]), bits32(m[1])};
+}
+/* acc + u1 . s1 + u2 . s2 with unsigned u < 64: the two byte-pair sums add in 16 bits without overflow. */
+static inline __m256i dp2(__m256i acc, __m256i u1, __m256i s1, __m256i u2, __m256i s2) {
+    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(u1, s1), _mm256_maddubs_epi16(u2, s2));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+static inline qp_i qp_dp2(qp_i acc, qp_i u1, qp_i s1, qp_i u2, qp_i s2) {
+    return (qp_i){dp2(acc.lo, u1.lo, s1.lo, u2.lo, s2.lo), dp2(acc.hi, u1.hi, s1.hi, u2.hi, s2.hi)};
+}
+/* The same for signed x (|x| times y with x's sign; each pair sum fits 16 bits, two do not). */
+static inline __m256i dp1_signed(__m256i acc, __m256i x, __m256i y) {
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+static inline qp_i qp_dp2_signed(qp_i acc, qp_i x1, qp_i y1, qp_i x2, qp_i y2) {
+    return (qp_i){dp1_signed(dp1_signed(acc.lo, x1.lo, y1.lo), x2.lo, y2.lo),
+                  dp1_signed(dp1_signed(acc.hi, x1.hi, y1.hi), x2.hi, y2.hi)};
+}
+static inline qp_i qp_srli32(qp_i a, int n) { return (qp_i){_mm256_srli_epi32(a.lo, n), _mm256_srli_epi32(a.hi, n)}; }
+static inline qp_i qp_slli32(qp_i a, int n) { return (qp_i){_mm256_slli_epi32(a.lo, n), _mm256_slli_epi32(a.hi, n)}; }
+static inline qp_i qp_mullo(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_mullo_epi32); }
+static inline qp_i qp_from_u8(__m128i b) { return (qp_i){_mm256_cvtepu8_epi32(b), _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))}; }
+static inline qp_i qp_from_u16(const void *p) {
+    return (qp_i){_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)),
+                  _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p + 1))};
+}
+static inline void qp_store_i(int32_t *p, qp_i v) {
+    _mm256_storeu_si256((__m256i *)p, v.lo);
+    _mm256_storeu_si256((__m256i *)p + 1, v.hi);
+}
+static inline qp_f qp_zerof(void) { return (qp_f){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+static inline qp_f qp_f16(const void *p) {
+    return (qp_f){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)),
+                  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p + 1))};
+}
+static inline __m256 e8m0x8(__m128i bytes) {
+    const __m256i e = _mm256_cvtepu8_epi32(bytes);
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, tiny, small));
+}
+static inline qp_f qp_e8m0(const void *p) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)p);
+    return (qp_f){e8m0x8(b), e8m0x8(_mm_srli_si128(b, 8))};
+}
+static inline qp_f qp_cvt(qp_i a) { return (qp_f){_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
+static inline qp_f qp_set1f(float v) { return (qp_f){_mm256_set1_ps(v), _mm256_set1_ps(v)}; }
+static inline qp_f qp_mul(qp_f a, qp_f b) { return (qp_f)QP_EACH2(_mm256_mul_ps); }
+static inline qp_f qp_fma(qp_f a, qp_f b, qp_f c) {
+    return (qp_f){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+}
+static inline void qp_store(float *p, qp_f v) {
+    _mm256_storeu_ps(p, v.lo);
+    _mm256_storeu_ps(p + 8, v.hi);
+}
+
+#include "templates/qpacked_impl.h"

@@ -1,0 +1,287 @@
+/* The products of packed weights (kernels/quant.h) with rows of quantized
+ * activations, written once over a 16-lane vector layer that the including
+ * file defines: qp_i (16 int32 lanes, 64 bytes), qp_f (16 floats) and the
+ * qp_* functions, QP_VNNI (1 when qp_dp2 takes unsigned bytes up to 255),
+ * QP_MR (activation rows per pass) and QPACKED_FILL (the function that fills
+ * the ISA table).
+ *
+ * Lane r of every vector is row r of the group: a 4-byte run of a tile's
+ * quants holds 4 levels of each of the 16 rows, and one multiply-add of it
+ * against 4 activations broadcast to every lane adds 4 products to each row's
+ * sum. A group's tiles stay in L1 while the rows of activations pass QP_MR at
+ * a time; each row's sums follow the same order whatever m is, so a row's
+ * result does not depend on the rows beside it.
+ *
+ * The arithmetic is ggml's: integer sums per block (or sub-block), scaled in
+ * float by the weight's and the activation's scales; level offsets and the
+ * mins of the affine types come off through the activations' block sums. */
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "runtime/internal.h"
+#include "runtime/isa.h"
+
+#define QP_INLINE static inline __attribute__((always_inline))
+
+/* How far ahead (bytes) a group's stream is prefetched: a model's matrices are short streams. */
+#ifndef QP_PREFETCH
+#define QP_PREFETCH 1024
+#endif
+#ifndef QP_LOCALITY
+#define QP_LOCALITY 0
+#endif
+
+/* 16 levels as a byte table for qp_shuffle (signed; + 128 for unsigned products with VNNI). */
+QP_INLINE qp_i qp_levels_table(const int8_t levels[16]) {
+    const qp_i t = qp_table16(levels);
+    return QP_VNNI ? qp_xor(t, qp_set1_8((char)0x80)) : t;
+}
+
+/* ---- 32-value blocks --------------------------------------------------------------------------------
+ * A tile's quants are 4 runs of 64 bytes (q8_0: 8); step s gives two vectors of levels: `lo` for the
+ * activations 4s..4s+3 of the block, `hi` for 16+4s..16+4s+3 (the low and high nibbles of run s; q8_0's
+ * runs s and s + 4). */
+typedef struct {
+    int type, tile;        /* bytes per tile */
+    int min, bits, qs;     /* tile offsets of the f16 mins, the fifth bits, the quants (-1: none) */
+    int offset;            /* levels are u - offset */
+    int signed_levels;     /* without VNNI q8_0 and the table types multiply signed levels */
+    int a_size, a_levels;  /* the activation blocks (q8_0 or q8_1) and where their levels start */
+} qp_t32;
+
+QP_INLINE qp_t32 t32(int type) {
+    const int vnni = QP_VNNI;
+    switch (type) {
+    case CD_Q4_0: return (qp_t32){type, 288, -1, -1, 32, 8, 0, 34, 2};
+    case CD_Q4_1: return (qp_t32){type, 320, 32, -1, 64, 0, 0, 36, 4};
+    case CD_Q5_0: return (qp_t32){type, 352, -1, 32, 96, 16, 0, 34, 2};
+    case CD_Q5_1: return (qp_t32){type, 384, 32, 64, 128, 0, 0, 36, 4};
+    case CD_Q8_0: return (qp_t32){type, 544, -1, -1, 32, vnni ? 128 : 0, !vnni, 34, 2};
+    case CD_IQ4_NL: return (qp_t32){type, 288, -1, -1, 32, vnni ? 128 : 0, !vnni, 34, 2};
+    default: return (qp_t32){type, 272, -1, -1, 16, vnni ? 128 : 0, !vnni, 34, 2}; /* CD_MXFP4 */
+    }
+}
+
+QP_INLINE void levels32(qp_t32 t, const char *tile, int s, qp_i table, qp_i *lo, qp_i *hi) {
+    if (t.type == CD_Q8_0) {
+        *lo = qp_load(tile + t.qs + 64 * s);
+        *hi = qp_load(tile + t.qs + 64 * (s + 4));
+        if (QP_VNNI) {
+            *lo = qp_xor(*lo, qp_set1_8((char)0x80));
+            *hi = qp_xor(*hi, qp_set1_8((char)0x80));
+        }
+        return;
+    }
+    const qp_i q = qp_load(tile + t.qs + 64 * s), low = qp_set1_8(0x0f);
+    *lo = qp_and(q, low);
+    *hi = qp_and(qp_srli4(q), low);
+    if (t.bits >= 0) { /* masks 2s and 2s + 1 */
+        *lo = qp_or(*lo, qp_bits16(tile + t.bits + 16 * s));
+        *hi = qp_or(*hi, qp_bits16(tile + t.bits + 16 * s + 8));
+    }
+    if (t.type == CD_IQ4_NL || t.type == CD_MXFP4) {
+        *lo = qp_shuffle(table, *lo);
+        *hi = qp_shuffle(table, *hi);
+    }
+}
+
+/* acc + the products of levels u1, u2 with the activations at y1, y2 (4 each, broadcast to every lane). */
+QP_INLINE qp_i dot2(qp_t32 t, qp_i acc, qp_i u1, const int8_t *y1, qp_i u2, const int8_t *y2) {
+    if (t.signed_levels) return qp_dp2_signed(acc, u1, qp_bcast4(y1), u2, qp_bcast4(y2));
+    return qp_dp2(acc, u1, qp_bcast4(y1), u2, qp_bcast4(y2));
+}
+
+QP_INLINE qp_f scale32(qp_t32 t, const char *tile) { return t.type == CD_MXFP4 ? qp_e8m0(tile) : qp_f16(tile); }
+
+/* y[i * ldy + r] for mr (<= QP_MR <= 4) activation rows at act + i * act_row. */
+QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *act, int64_t act_row, float *y,
+                       int64_t ldy) {
+    const qp_t32 t = t32(type);
+    const qp_i table = t.type == CD_IQ4_NL ? qp_levels_table(cd_kvalues_iq4nl)
+                       : t.type == CD_MXFP4 ? qp_levels_table(cd_kvalues_mxfp4) : qp_zero();
+    const char *a[4];
+    const float *as[4];
+    const int32_t *ys[4];
+    qp_f sum[4];
+    for (int i = 0; i < mr; i++) {
+        a[i] = act + i * act_row;
+        as[i] = cd_act_scales(a[i], nb);
+        ys[i] = cd_act_sums(a[i], nb);
+        sum[i] = qp_zerof();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const char *tile = g + b * t.tile;
+        for (int o = 0; o < t.tile; o += 64) if (QP_PREFETCH) __builtin_prefetch(tile + QP_PREFETCH + o, 0, QP_LOCALITY);
+        qp_i acc[4][2];
+        for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
+        for (int s = 0; s < 4; s++) {
+            qp_i lo, hi;
+            levels32(t, tile, s, table, &lo, &hi);
+            for (int i = 0; i < mr; i++) {
+                const int8_t *yb = (const int8_t *)(a[i] + b * t.a_size + t.a_levels);
+                acc[i][s & 1] = dot2(t, acc[i][s & 1], lo, yb + 4 * s, hi, yb + 16 + 4 * s);
+            }
+        }
+        const qp_f d = scale32(t, tile);
+        for (int i = 0; i < mr; i++) {
+            qp_i isum = qp_add32(acc[i][0], acc[i][1]);
+            if (t.offset) isum = qp_sub32(isum, qp_set1_32(t.offset * ys[i][b]));
+            sum[i] = qp_fma(qp_cvt(isum), qp_mul(d, qp_set1f(as[i][b])), sum[i]);
+            if (t.min >= 0) sum[i] = qp_fma(qp_f16(tile + t.min), qp_set1f(as[i][b] * (float)ys[i][b]), sum[i]);
+        }
+    }
+    for (int i = 0; i < mr; i++) qp_store(y + i * ldy, sum[i]);
+}
+
+/* ---- 256-value super-blocks (q4k, iq4_xs) with q8_K activations -------------------------------------
+ * A tile's quants are 32 runs of 64 bytes; runs 8j..8j+7 hold sub-blocks 2j and 2j + 1 (32 values each):
+ * q4k in their low and high nibbles, iq4_xs in runs 8j..8j+3 and 8j+4..8j+7 (low nibbles the first 16
+ * values, high ones the next 16). Each sub-block's integer sum is scaled by its 6-bit scale in integers;
+ * q4k's mins (and iq4_xs's level offset with VNNI) come off through the activations' sums per sub-block. */
+typedef struct {
+    int32_t sc[8][CD_QPACK_GROUP]; /* sub-block scales, lane r = row r */
+    int32_t co[8][CD_QPACK_GROUP]; /* what the activations' sub-block sums are multiplied by */
+} qp_kscales;
+
+/* q4k's 8 scales and 8 mins of 16 rows from the 12 byte planes of their packed 6-bit fields. */
+QP_INLINE void q4k_scales(const char *planes, qp_kscales *out) {
+    __m128i p[12];
+    for (int i = 0; i < 12; i++) p[i] = _mm_loadu_si128((const __m128i *)(planes + 16 * i));
+    const __m128i m6 = _mm_set1_epi8(63), m4 = _mm_set1_epi8(15), top = _mm_set1_epi8(0x30);
+    for (int j = 0; j < 8; j++) {
+        __m128i sc, mn;
+        if (j < 4) {
+            sc = _mm_and_si128(p[j], m6);
+            mn = _mm_and_si128(p[j + 4], m6);
+        } else { /* low 4 bits from byte j + 4, high 2 from the top bits of bytes j - 4 (scale) and j (min) */
+            sc = _mm_or_si128(_mm_and_si128(p[j + 4], m4), _mm_and_si128(_mm_srli_epi16(p[j - 4], 2), top));
+            mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(p[j + 4], 4), m4), _mm_and_si128(_mm_srli_epi16(p[j], 2), top));
+        }
+        qp_store_i(out->sc[j], qp_from_u8(sc));
+        qp_store_i(out->co[j], qp_from_u8(mn));
+    }
+}
+
+/* iq4_xs's 8 scales (6 bits, less 32) of 16 rows: 4 low bits from scales_l, 2 high from scales_h. */
+QP_INLINE void iq4xs_scales(const char *tile, qp_kscales *out) {
+    const qp_i h = qp_from_u16(tile + 32), l = qp_load(tile + 64);
+    for (int j = 0; j < 8; j++) {
+        const qp_i lo = qp_and(qp_srli32(l, 4 * j), qp_set1_32(15));
+        const qp_i hi = qp_slli32(qp_and(qp_srli32(h, 2 * j), qp_set1_32(3)), 4);
+        const qp_i ls = qp_sub32(qp_or(lo, hi), qp_set1_32(32));
+        qp_store_i(out->sc[j], ls);
+        qp_store_i(out->co[j], ls);
+    }
+}
+
+QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *act, int64_t act_row, float *y,
+                      int64_t ldy) {
+    const int q4k = type == CD_Q4_K, tile_bytes = q4k ? 2304 : 2176, qs = q4k ? 256 : 128;
+    const int sums = q4k || QP_VNNI; /* a term through the activations' sub-block sums */
+    const qp_i table = q4k ? qp_zero() : qp_levels_table(cd_kvalues_iq4nl), low = qp_set1_8(0x0f);
+    qp_f sum[4];
+    for (int i = 0; i < mr; i++) sum[i] = qp_zerof();
+    qp_kscales ks;
+    for (int64_t b = 0; b < nb; b++) {
+        const char *tile = g + b * tile_bytes;
+        for (int o = 0; o < tile_bytes; o += 64)
+            if (QP_PREFETCH) __builtin_prefetch(tile + QP_PREFETCH + o, 0, QP_LOCALITY);
+        if (q4k)
+            q4k_scales(tile + 64, &ks);
+        else
+            iq4xs_scales(tile, &ks);
+        const cd_block_q8_K *a[4];
+        qp_i tot[4], cor[4];
+        for (int i = 0; i < mr; i++) {
+            a[i] = (const cd_block_q8_K *)(act + i * act_row) + b;
+            tot[i] = cor[i] = qp_zero();
+        }
+        for (int j = 0; j < 4; j++) {
+            qp_i acc[4][2]; /* sub-blocks 2j and 2j + 1 */
+            for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
+            for (int u = 0; u < 8; u += 2) {
+                qp_i lo[2], hi[2];
+                for (int v = 0; v < 2; v++) {
+                    const qp_i q = qp_load(tile + qs + 64 * (8 * j + u + v));
+                    lo[v] = qp_and(q, low);
+                    hi[v] = qp_and(qp_srli4(q), low);
+                    if (!q4k) {
+                        lo[v] = qp_shuffle(table, lo[v]);
+                        hi[v] = qp_shuffle(table, hi[v]);
+                    }
+                }
+                for (int i = 0; i < mr; i++) {
+                    const int8_t *ya = a[i]->qs + 64 * j;
+                    if (q4k) {
+                        acc[i][0] = qp_dp2(acc[i][0], lo[0], qp_bcast4(ya + 4 * u), lo[1], qp_bcast4(ya + 4 * u + 4));
+                        acc[i][1] = qp_dp2(acc[i][1], hi[0], qp_bcast4(ya + 32 + 4 * u), hi[1],
+                                           qp_bcast4(ya + 36 + 4 * u));
+                    } else {
+                        for (int v = 0; v < 2; v++) {
+                            const int w = u + v, off = 32 * (w / 4) + 4 * (w % 4);
+                            qp_i *s = &acc[i][w / 4];
+                            *s = QP_VNNI ? qp_dp2(*s, lo[v], qp_bcast4(ya + off), hi[v], qp_bcast4(ya + off + 16))
+                                         : qp_dp2_signed(*s, lo[v], qp_bcast4(ya + off), hi[v], qp_bcast4(ya + off + 16));
+                        }
+                    }
+                }
+            }
+            for (int i = 0; i < mr; i++)
+                for (int h = 0; h < 2; h++) {
+                    const int sb = 2 * j + h;
+                    tot[i] = qp_add32(tot[i], qp_mullo(acc[i][h], qp_load(ks.sc[sb])));
+                    if (sums)
+                        cor[i] = qp_add32(cor[i], qp_mullo(qp_load(ks.co[sb]),
+                                                           qp_set1_32(a[i]->bsums[2 * sb] + a[i]->bsums[2 * sb + 1])));
+                }
+        }
+        const qp_f d = qp_f16(tile);
+        for (int i = 0; i < mr; i++) {
+            const qp_f dy = qp_set1f(a[i]->d);
+            if (q4k) {
+                sum[i] = qp_fma(qp_cvt(tot[i]), qp_mul(d, dy), sum[i]);
+                sum[i] = qp_fma(qp_cvt(cor[i]), qp_mul(qp_f16(tile + 32), qp_set1f(-a[i]->d)), sum[i]);
+            } else {
+                const qp_i t = sums ? qp_sub32(tot[i], qp_slli32(cor[i], 7)) : tot[i]; /* levels + 128 */
+                sum[i] = qp_fma(qp_cvt(t), qp_mul(d, dy), sum[i]);
+            }
+        }
+    }
+    for (int i = 0; i < mr; i++) qp_store(y + i * ldy, sum[i]);
+}
+
+/* ---- the entries: rows of activations in passes of QP_MR ------------------------------------------------ */
+#define QP_PASSES(kernel, type)                                                                                \
+    static void kernel##_##type(const void *g, int64_t nb, const char *act, int64_t act_row, int64_t m,         \
+                                float *y, int64_t ldy) {                                                      \
+        int64_t i = 0;                                                                                         \
+        for (; i + QP_MR <= m; i += QP_MR) kernel(CD_##type, QP_MR, g, nb, act + i * act_row, act_row, y + i * ldy, ldy); \
+        switch (m - i) { /* each count its own code: the loops over rows unroll */                            \
+        case 1: kernel(CD_##type, 1, g, nb, act + i * act_row, act_row, y + i * ldy, ldy); break;              \
+        case 2: kernel(CD_##type, 2, g, nb, act + i * act_row, act_row, y + i * ldy, ldy); break;              \
+        case 3: kernel(CD_##type, 3, g, nb, act + i * act_row, act_row, y + i * ldy, ldy); break;              \
+        default: break;                                                                                        \
+        }                                                                                                      \
+    }
+
+QP_PASSES(group32, Q4_0)
+QP_PASSES(group32, Q4_1)
+QP_PASSES(group32, Q5_0)
+QP_PASSES(group32, Q5_1)
+QP_PASSES(group32, Q8_0)
+QP_PASSES(group32, IQ4_NL)
+QP_PASSES(group32, MXFP4)
+QP_PASSES(groupk, Q4_K)
+QP_PASSES(groupk, IQ4_XS)
+
+void QPACKED_FILL(cd_isa_ops *ops) {
+    ops->qgroup[CD_Q4_0] = group32_Q4_0;
+    ops->qgroup[CD_Q4_1] = group32_Q4_1;
+    ops->qgroup[CD_Q5_0] = group32_Q5_0;
+    ops->qgroup[CD_Q5_1] = group32_Q5_1;
+    ops->qgroup[CD_Q8_0] = group32_Q8_0;
+    ops->qgroup[CD_IQ4_NL] = group32_IQ4_NL;
+    ops->qgroup[CD_MXFP4] = group32_MXFP4;
+    ops->qgroup[CD_Q4_K] = groupk_Q4_K;
+    ops->qgroup[CD_IQ4_XS] = groupk_IQ4_XS;
+}
