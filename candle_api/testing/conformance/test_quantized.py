@@ -119,9 +119,13 @@ def test_qmatmul_packed_within_rounding(candle_device, name, m):
     err = np.abs(y.numpy() - want)
     bound = qmatmul_bound(x, wq, t.block_size)
     assert (err <= bound).all(), f"{name}: worst error {err.max():.3g} beyond its bound {bound.flat[err.argmax()]:.3g}"
-    # a row's result does not depend on the rows beside it
+    # a row's result does not depend on the rows beside it: exactly, from a kernel of the row; within
+    # rounding, from the decomposition (dequantize, then the device's matmul, whose blocking may follow m)
     alone = qmatmul_packed(from_numpy(x[-1:]).to_device(device), packed, t.type_id, n)
-    np.testing.assert_array_equal(alone.numpy()[0], y.numpy()[-1])
+    if ("qmatmul_packed", "f32") in device.kernels:
+        np.testing.assert_array_equal(alone.numpy()[0], y.numpy()[-1])
+    else:
+        np.testing.assert_allclose(alone.numpy()[0], y.numpy()[-1], rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 def test_packed_qtensor_keeps_its_values(candle_device):
