@@ -50,6 +50,29 @@ def test_kv_cache_steps_match_the_full_forward(name, cls):
     np.testing.assert_allclose(np.concatenate(steps, axis=1), expected, rtol=0, atol=1e-4)
 
 
+GREEDY = json.loads((FIXTURES / "tiny_greedy.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(GREEDY))
+def test_greedy_tokens_match_transformers(name):
+    """Every family's 32 greedy steps (28 for GPT-2's 32 positions) through the KV cache give
+    transformers' tokens (fixtures/make_greedy_fixtures.py), up to the model's context (dynamic
+    rope scaling's 16 positions here: transformers goes on past it); a step whose two best logits
+    were within the logits' tolerance of each other (2e-4) would end the comparison (none does)."""
+    from candle_models import causal_lm
+
+    case = GREEDY[name]
+    model = causal_lm.from_pretrained(FIXTURES / name, dtype="f32")
+    got = list(generate_ids(model, case["prompt_ids"], len(case["generated_ids"]), Sampler(temperature=0)))
+    for step, (g, w, gap) in enumerate(zip(got, case["generated_ids"], case["top2_gaps"])):
+        if gap < 2e-4:
+            break
+        assert g == w, f"{name} step {step}: {g}, transformers {w} (gap {gap:.2e})"
+    else:
+        context = model.config.context_length - len(case["prompt_ids"]) + 1  # the last predicted at its last position
+        assert len(got) == min(len(case["generated_ids"]), context)
+
+
 def test_the_hubs_unprefixed_names_load_too(tmp_path):
     """gpt2 on the hub was saved from GPT2Model: its tensors have no transformer. prefix."""
     folder = tmp_path / "gpt2"
