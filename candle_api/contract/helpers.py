@@ -1,6 +1,7 @@
 """What every plugin with its own device repeats, written once: its kernel
-table built from per-op makers, and the host copy of a view of device memory
-(the ``to_numpy`` of a backend whose memory the host cannot address)."""
+table built from per-op makers, the host copy of a view of device memory
+(the ``to_numpy`` of a backend whose memory the host cannot address), and
+the merging of dims before a launch."""
 
 from __future__ import annotations
 
@@ -44,3 +45,19 @@ def read_layout(storage, layout: Layout, dtype, download: Callable, gather: Call
     strides = tuple(s * isz for s in layout.strides)
     view = np.lib.stride_tricks.as_strided(flat[layout.offset - lo:], shape, strides, writeable=False)
     return np.array(view)
+
+
+def merge_dims(shape: tuple, strides: list[tuple]) -> tuple[tuple, list[tuple]]:
+    """The same elements in the fewest dims: size-1 dims dropped, and a dim
+    folded into the next when every layout (one strides tuple each) steps over
+    it contiguously. Returns the merged shape and each layout's strides."""
+    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
+    out: list = []
+    for n, ss in dims:
+        if out and all(prev == s * n for prev, s in zip(out[-1][1], ss)):
+            out[-1] = (out[-1][0] * n, ss)
+        else:
+            out.append((n, ss))
+    if not out:
+        return (), [() for _ in strides]
+    return tuple(n for n, _ in out), [tuple(ss[k] for _, ss in out) for k in range(len(strides))]

@@ -17,6 +17,7 @@ import ctypes
 import re
 import struct
 
+from candle_api.contract.helpers import merge_dims as merge  # noqa: F401 (the kernels import it from here)
 from candle_api.layout import Layout, numel
 
 from . import driver as cu
@@ -69,21 +70,6 @@ def strided(shape: tuple, *strides: tuple) -> list[int]:
 def contiguous_values(k: int) -> list[int]:
     """The Strided<K> of rank 0: every operand read in order."""
     return [0] * (MAXD * (1 + k)) + [0]
-
-
-def merge(shape: tuple, strides: list[tuple]) -> tuple[tuple, list[tuple]]:
-    """The same elements in the fewest dims: size-1 dims dropped, and a dim
-    folded into the next when every operand steps over it contiguously."""
-    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
-    out: list = []
-    for n, ss in dims:
-        if out and all(prev == s * n for prev, s in zip(out[-1][1], ss)):
-            out[-1] = (out[-1][0] * n, ss)
-        else:
-            out.append((n, ss))
-    if not out:
-        return (), [() for _ in strides]
-    return tuple(n for n, _ in out), [tuple(ss[k] for _, ss in out) for k in range(len(strides))]
 
 
 def is_contiguous(shape: tuple, strides: list[tuple]) -> bool:

@@ -14,27 +14,12 @@ from __future__ import annotations
 import math
 import struct
 
+from candle_api.contract.helpers import merge_dims as merge  # noqa: F401 (the kernels import it from here)
 from candle_api.errors import DeviceError
 from candle_api.layout import Layout, numel
 
 from .gpu import align
 from .shaders import WG
-
-
-def merge(shape: tuple, strides: list[tuple]) -> tuple[tuple, list[tuple]]:
-    """The same elements in the fewest dims: size-1 dims dropped, and a dim
-    folded into the next when every layout steps over it contiguously."""
-    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
-    out: list = []
-    for n, ss in dims:
-        if out and all(prev == s * n for prev, s in zip(out[-1][1], ss)):
-            out[-1] = (out[-1][0] * n, ss)
-        else:
-            out.append((n, ss))
-    if not out:
-        return (), [() for _ in strides]
-    new_shape = tuple(n for n, _ in out)
-    return new_shape, [tuple(ss[k] for _, ss in out) for k in range(len(strides))]
 
 
 def contiguous_all(shape: tuple, strides: list[tuple]) -> bool:
