@@ -13,6 +13,7 @@ for the report with every column.
 
 import importlib.util
 
+import numpy as np
 import pytest
 
 from candle_api.testing.bench_cases import runner, standard_cases
@@ -39,13 +40,26 @@ def _run(benchmark, case, fn):
     benchmark.group = case.name
     if case.work:
         benchmark.extra_info["gflop"] = case.work / 1e9
-    benchmark(fn)
+    return benchmark(fn)
+
+
+def _first(out):
+    """The result, or the first of several (sort's and topk's values)."""
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _same_shape_as_numpy(case, out):
+    """What a run returns has the shape of NumPy's result for the case (where NumPy has the op)."""
+    numpy_run = runner(case, "numpy")
+    if numpy_run is not None:
+        shape = tuple(_first(out).shape)
+        assert shape == np.shape(_first(numpy_run())), f"{case.name}: shape {shape}"
 
 
 def test_candle(benchmark, candle_device, bench_case):
-    _run(benchmark, bench_case, runner(bench_case, "candle", candle_device))
+    _same_shape_as_numpy(bench_case, _run(benchmark, bench_case, runner(bench_case, "candle", candle_device)))
 
 
 @pytest.mark.parametrize("framework", BASELINES)
 def test_baseline(benchmark, framework, bench_case):
-    _run(benchmark, bench_case, runner(bench_case, framework))
+    _same_shape_as_numpy(bench_case, _run(benchmark, bench_case, runner(bench_case, framework)))
