@@ -30,11 +30,12 @@ import sys
 import time
 
 VARIANTS = {
+    "pool (the plugin's)": {"CANDLE_MKL_THREADING": "pool"},
     "sequential": {"CANDLE_MKL_THREADING": "sequential"},
     "gnu": {"CANDLE_MKL_THREADING": "gnu"},
     "gnu, OMP_WAIT_POLICY=passive": {"CANDLE_MKL_THREADING": "gnu", "OMP_WAIT_POLICY": "passive"},
     "intel, KMP_BLOCKTIME=200 (its default)": {"CANDLE_MKL_THREADING": "intel", "KMP_BLOCKTIME": "200"},
-    "intel, KMP_BLOCKTIME=0 (the plugin's)": {"CANDLE_MKL_THREADING": "intel"},
+    "intel, KMP_BLOCKTIME=0": {"CANDLE_MKL_THREADING": "intel"},
 }
 MEASURES = ("gemm", "softmax", "mixed", "interference", "decode")
 
@@ -98,7 +99,9 @@ def main() -> int:
             spread = (max(xs) - min(xs)) / abs(med) * 100 if med else 0
             cells.append(f"{med:>11.3f} (±{spread:3.0f}%)")
         print(f"{name:<40}" + "".join(f"{c:>20}" for c in cells))
-    print("about:", next((r[0]["about"] for r in runs.values() if r), "?"))
+    for name, results in runs.items():
+        if results:
+            print(f"{name}: {results[0]['about']}")
     return 0
 
 

@@ -17,7 +17,7 @@ from candle_api.dtype import NUMERIC_DTYPES
 from candle_api.errors import BackendUnavailableError, IndexOutOfRangeError, KernelError
 
 LIB_NAME = "libcandle_cpu.so"
-ABI_VERSION = 6
+ABI_VERSION = 7
 #: Set to load another build of the library (a sanitizer build in CI, say).
 ENV_OVERRIDE = "CANDLE_CPU_LIB"
 
@@ -78,6 +78,11 @@ SIGNATURES = {
     "cd_qmatmul": (c_int, [c_int32, c_int64, c_int64, c_int64, c_void_p, c_void_p, c_void_p]),
     "cd_qpack": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p]),
     "cd_qmatmul_packed": (c_int, [c_int32, c_int64, c_int64, c_int64, c_void_p, c_void_p, c_void_p]),
+    "cd_pooled_gemm": (c_int, [c_int32, c_void_p, c_int32, c_int32, c_int64, c_int64, c_int64, c_void_p, c_int64,
+                               c_int64, c_void_p, c_int64, c_int64, c_void_p, c_int64, c_int64, c_int64]),
+    "cd_pooled_gemv": (c_int, [c_int32, c_void_p, c_int32, c_int64, c_int64, c_void_p, c_int64, c_void_p, c_int64,
+                               c_void_p]),
+    "cd_pooled_vm": (c_int, [c_int32, c_void_p, c_int32, c_int64, c_void_p, c_void_p, c_double, c_void_p, c_int64]),
     "cd_qembedding": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_int32, c_int64, c_void_p, c_void_p]),
     "cd_pack_panels": (c_int, [c_int32, c_char_p, c_void_p, c_void_p]),
     "cd_linear_panels": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_double,

@@ -1,6 +1,7 @@
 """The matmul row (``k(out, a, la, b, lb)``, any strides) through MKL's BLAS:
 cblas_?gemm, cblas_?gemm_batch_strided and cblas_?gemv for f32 and f64,
-cblas_gemm_bf16bf16f32 for bf16 (f32 accumulation, rounded once to bf16).
+cblas_gemm_bf16bf16f32 for bf16 (f32 accumulation, rounded once to bf16), through
+:mod:`.calls` (the cpu plugin's pool by default).
 
 A layout BLAS can take is one where every matrix has a unit stride along one
 of its two dims and a leading dimension at least as long as the other, and the
@@ -17,7 +18,8 @@ import numpy as np
 
 from candle_api.dtype import get_dtype
 
-from .library import NO_TRANS, ROW_MAJOR, TRANS
+from .calls import BF16GEMM, DGEMM, SGEMM
+from .library import NO_TRANS, TRANS
 
 #: The matmul shapes told apart by the per-machine choice: a matrix-vector product (m or n is 1) and the rest.
 GEMV, GEMM = "gemv", "gemm"
@@ -97,16 +99,10 @@ def planner():
     return lookup
 
 
-def _gemm_args(p, a, b, out):
-    return (ROW_MAJOR, p.ta, p.tb, p.m, p.n, p.k, 1.0, a, p.lda, b, p.ldb, 0.0, out, p.n)
-
-
-def float_matmul(lib, gate, fallback, dt, served):
+def float_matmul(calls, fallback, dt, served):
     """k(out, a, la, b, lb) for f32 or f64; ``served`` holds the shape kinds (GEMM, GEMV) MKL takes, the
     others go to ``fallback``."""
-    prefix = "s" if dt.name == "f32" else "d"
-    gemm, batched = getattr(lib, f"cblas_{prefix}gemm_64"), getattr(lib, f"cblas_{prefix}gemm_batch_strided_64")
-    gemv = getattr(lib, f"cblas_{prefix}gemv_64")
+    kind = SGEMM if dt.name == "f32" else DGEMM
     isz, lookup = dt.itemsize, planner()
 
     def kernel(out, a, la, b, lb):
@@ -115,31 +111,28 @@ def float_matmul(lib, gate, fallback, dt, served):
             return fallback(out, a, la, b, lb)
         pa, pb = a.ptr + la.offset * isz, b.ptr + lb.offset * isz
         if p.kind == GEMV:
-            gate(_gemv, gemv, p, pa, pb, out.ptr)
-        elif p.batch == 1:
-            gate(gemm, *_gemm_args(p, pa, pb, out.ptr))
+            _gemv(calls, kind, p, pa, pb, out.ptr)
         else:
-            gate(batched, ROW_MAJOR, p.ta, p.tb, p.m, p.n, p.k, 1.0, pa, p.lda, p.sa, pb, p.ldb, p.sb, 0.0,
-                 out.ptr, p.n, p.m * p.n, p.batch)
+            calls.gemm(kind, p.ta, p.tb, p.m, p.n, p.k, pa, p.lda, p.sa, pb, p.ldb, p.sb, out.ptr, p.n, p.m * p.n,
+                       p.batch)
 
     return kernel
 
 
-def _gemv(gemv, p, pa, pb, out):
+def _gemv(calls, kind, p, pa, pb, out):
     """out = a @ b with m == 1 (a row times b) or n == 1 (a times a column), as one matrix-vector product."""
     if p.m == 1:  # out (n) = b^T (n x k) x a (k): b read as stored, transposed when it is row-major k x n
         flip = TRANS if p.tb == NO_TRANS else NO_TRANS
         rows, cols = (p.k, p.n) if p.tb == NO_TRANS else (p.n, p.k)
-        gemv(ROW_MAJOR, flip, rows, cols, 1.0, pb, p.ldb, pa, p.inc_a, 0.0, out, 1)
+        calls.gemv(kind, flip, rows, cols, pb, p.ldb, pa, p.inc_a, out)
     else:  # out (m) = a (m x k) x b (k)
         rows, cols = (p.m, p.k) if p.ta == NO_TRANS else (p.k, p.m)
-        gemv(ROW_MAJOR, p.ta, rows, cols, 1.0, pa, p.lda, pb, p.inc_b, 0.0, out, 1)
+        calls.gemv(kind, p.ta, rows, cols, pa, p.lda, pb, p.inc_b, out)
 
 
-def bf16_matmul(lib, gate, fallback, dt, served):
-    """k(out, a, la, b, lb) for bf16: cblas_gemm_bf16bf16f32 into an f32 buffer, one call per matrix of the
-    batch, then rounded to bf16 (nearest even)."""
-    gemm = lib.cblas_gemm_bf16bf16f32_64
+def bf16_matmul(calls, fallback, dt, served):
+    """k(out, a, la, b, lb) for bf16: cblas_gemm_bf16bf16f32 into an f32 buffer, then rounded to bf16
+    (nearest even)."""
     bf16, lookup = get_dtype("bf16"), planner()
 
     def kernel(out, a, la, b, lb):
@@ -147,9 +140,8 @@ def bf16_matmul(lib, gate, fallback, dt, served):
         if p is None or p.kind not in served:
             return fallback(out, a, la, b, lb)
         acc = np.empty((p.batch, p.m, p.n), np.float32)
-        pa, pb, pc = a.ptr + la.offset * 2, b.ptr + lb.offset * 2, acc.ctypes.data
-        for i in range(p.batch):
-            gate(gemm, *_gemm_args(p, pa + i * p.sa * 2, pb + i * p.sb * 2, pc + i * p.m * p.n * 4))
+        calls.gemm(BF16GEMM, p.ta, p.tb, p.m, p.n, p.k, a.ptr + la.offset * 2, p.lda, p.sa, b.ptr + lb.offset * 2,
+                   p.ldb, p.sb, acc.ctypes.data, p.n, p.m * p.n, p.batch)
         n = p.batch * p.m * p.n
         dst = np.frombuffer((ctypes.c_char * (2 * n)).from_address(out.ptr), bf16.np)
         np.copyto(dst, acc.reshape(-1), casting="unsafe")

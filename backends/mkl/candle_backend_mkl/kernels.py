@@ -48,7 +48,7 @@ def choose() -> tuple[frozenset, str]:
     return frozenset(k for k in KEYS if verdicts.get(k, k in fallback)), f"chosen by candle bench: {source}"
 
 
-def build(lib, gate, served: frozenset) -> dict:
+def build(lib, calls, served: frozenset) -> dict:
     """{(op, dtype): kernel} for the served keys, each over the cpu plugin's kernel as its fallback."""
     from candle_backend_cpu.kernels import build_kernels
 
@@ -58,11 +58,11 @@ def build(lib, gate, served: frozenset) -> dict:
         kinds = {kind for kind in MATMUL_KINDS if f"matmul/{dtype}@{kind}" in served}
         if kinds:
             make = blas.bf16_matmul if dtype == "bf16" else blas.float_matmul
-            kernels[("matmul", dtype)] = make(lib, gate, cpu[("matmul", dtype)], get_dtype(dtype), kinds)
+            kernels[("matmul", dtype)] = make(calls, cpu[("matmul", dtype)], get_dtype(dtype), kinds)
     makers = {op: partial(vml.unary, name=op) for op in vml.UNARY}
     makers.update(powf=vml.powf, pow=vml.pow_)
     for op, make in makers.items():
         for dtype in ("f32", "f64"):
             if f"{op}/{dtype}" in served:
-                kernels[(op, dtype)] = make(lib, gate, cpu[(op, dtype)], get_dtype(dtype))
+                kernels[(op, dtype)] = make(lib, calls, cpu[(op, dtype)], get_dtype(dtype))
     return kernels

@@ -27,12 +27,12 @@ from candle_api.errors import BackendUnavailableError
 LIB_NAME = "libmkl_rt.so.3"
 #: Set to load another libmkl_rt (tests point it at a broken one).
 ENV_LIB = "CANDLE_MKL_LIB"
-#: MKL's threading layer: intel (the default), gnu or sequential; backends/mkl/README.md says why and
-#: benchmarks/mkl_threading.py measures them.
+#: MKL's threading layer: pool (the default: MKL's sequential layer, run by the cpu plugin's thread pool),
+#: intel, gnu or sequential; backends/mkl/README.md says why and benchmarks/mkl_threading.py measures them.
 ENV_THREADING = "CANDLE_MKL_THREADING"
-THREADING_LAYERS = {"intel": (0, "libmkl_intel_thread.so.3"), "sequential": (1, "libmkl_sequential.so.3"),
-                    "gnu": (3, "libmkl_gnu_thread.so.3")}
-DEFAULT_THREADING = "intel"
+THREADING_LAYERS = {"pool": (1, "libmkl_sequential.so.3"), "intel": (0, "libmkl_intel_thread.so.3"),
+                    "sequential": (1, "libmkl_sequential.so.3"), "gnu": (3, "libmkl_gnu_thread.so.3")}
+DEFAULT_THREADING = "pool"
 
 # CBLAS enums
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
@@ -153,7 +153,7 @@ def _open(path: Path):
         os.environ.setdefault("KMP_BLOCKTIME", "0")
     lib.MKL_Set_Threading_Layer(code)  # first: any other call settles the layer
     lib.MKL_Set_Exit_Handler(_on_fatal)
-    lib.MKL_Set_Num_Threads(cpu_threads())
+    lib.MKL_Set_Num_Threads(1 if layer == "pool" else cpu_threads())
     _self_test(lib, path, layer)
     return lib
 
@@ -191,41 +191,7 @@ def failed() -> str:
 
 
 def describe() -> str:
-    lib = load()
-    return f"{version()}, {threading_layer()} threading, {lib.MKL_Get_Max_Threads()} threads"
-
-
-def gate(lib):
-    """call(fn, *args): runs an MKL function with the cpu plugin's thread count, as the cpu pool runs its
-    jobs. One call at a time gets the threads; a call made meanwhile from another Python thread runs on its
-    own thread (MKL_Set_Num_Threads_Local(1)), so two callers never put 2n threads on n cores. A fatal
-    MKL error raises KernelError instead of ending the process."""
-    from candle_backend_cpu import library as cpu_library
-
-    threads_now = cpu_library.load().cd_get_num_threads
-    set_threads, set_local = lib.MKL_Set_Num_Threads, lib.MKL_Set_Num_Threads_Local
-    owner = threading.Lock()
-    current = [0]
-
-    def call(fn, *args):
-        if owner.acquire(False):
-            try:
-                n = threads_now()
-                if n != current[0]:
-                    set_threads(n)
-                    current[0] = n
-                fn(*args)
-            finally:
-                owner.release()
-        else:
-            set_local(1)
-            try:
-                fn(*args)
-            finally:
-                set_local(0)
-        if _fatal:
-            from candle_api.errors import KernelError
-
-            raise KernelError(failed())
-
-    return call
+    layer = threading_layer()
+    if layer == "pool":
+        return f"{version()}, sequential kernels on the cpu plugin's pool ({cpu_threads()} threads)"
+    return f"{version()}, {layer} threading, {load().MKL_Get_Max_Threads()} threads"

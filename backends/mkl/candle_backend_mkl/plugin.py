@@ -16,12 +16,12 @@ PRIORITY = 5
 def candle_api_kernels(device_type: str):
     if device_type != "cpu":
         return None
-    from . import kernels, library, vml
+    from . import calls, kernels, library, vml
 
     served, why = kernels.choose()
     if not served:
         return KernelSet({}, PRIORITY, f"Intel MKL: no kernel served: {why}")
     lib = library.load()
-    built = kernels.build(lib, library.gate(lib), served)
+    built = kernels.build(lib, calls.for_layer(lib, library.threading_layer()), served)
     modes = ", ".join(f"{d} {m}" for d, m in vml.MODE_NAMES.items())
     return KernelSet(built, PRIORITY, f"{library.describe()}; vector math {modes}; serving {why}")

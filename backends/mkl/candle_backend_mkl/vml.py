@@ -14,6 +14,7 @@ process may set, is neither read nor changed.
 
 from __future__ import annotations
 
+from .calls import VM_POW, VM_POWX, VM_UNARY
 from .library import VML_ERRMODE_IGNORE, VML_HA, VML_LA
 
 #: The accuracy mode of each dtype, as stated above.
@@ -31,31 +32,31 @@ def _fn(lib, dt, name):
     return getattr(lib, f"vm{'s' if dt.name == 'f32' else 'd'}{name}_64")
 
 
-def unary(lib, gate, fallback, dt, name):
+def unary(lib, calls, fallback, dt, name):
     """k(out, x, lx)."""
     fn, mode, isz = _fn(lib, dt, UNARY[name]), MODES[dt.name], dt.itemsize
 
     def kernel(out, x, lx):
         if not lx.contiguous:
             return fallback(out, x, lx)
-        gate(fn, lx.numel, x.ptr + lx.offset * isz, out.ptr, mode)
+        calls.vm(VM_UNARY, fn, isz, lx.numel, x.ptr + lx.offset * isz, None, 0.0, out.ptr, mode)
 
     return kernel
 
 
-def powf(lib, gate, fallback, dt):
+def powf(lib, calls, fallback, dt):
     """k(out, x, lx, p0, p1): x ** p0."""
     fn, mode, isz = _fn(lib, dt, "Powx"), MODES[dt.name], dt.itemsize
 
     def kernel(out, x, lx, p0, p1):
         if not lx.contiguous:
             return fallback(out, x, lx, p0, p1)
-        gate(fn, lx.numel, x.ptr + lx.offset * isz, p0, out.ptr, mode)
+        calls.vm(VM_POWX, fn, isz, lx.numel, x.ptr + lx.offset * isz, None, p0, out.ptr, mode)
 
     return kernel
 
 
-def pow_(lib, gate, fallback, dt):
+def pow_(lib, calls, fallback, dt):
     """k(out, a, la, b, lb): a ** b elementwise, both contiguous (broadcasts arrive with zero strides and go
     back to the cpu kernel)."""
     fn, mode, isz = _fn(lib, dt, "Pow"), MODES[dt.name], dt.itemsize
@@ -63,6 +64,6 @@ def pow_(lib, gate, fallback, dt):
     def kernel(out, a, la, b, lb):
         if not (la.contiguous and lb.contiguous):
             return fallback(out, a, la, b, lb)
-        gate(fn, la.numel, a.ptr + la.offset * isz, b.ptr + lb.offset * isz, out.ptr, mode)
+        calls.vm(VM_POW, fn, isz, la.numel, a.ptr + la.offset * isz, b.ptr + lb.offset * isz, 0.0, out.ptr, mode)
 
     return kernel

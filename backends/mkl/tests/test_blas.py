@@ -90,6 +90,33 @@ def test_large_products_match_numpy():
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f64", "bf16"])
+def test_tiled_products_match_numpy(dtype):
+    """Products large enough that the pool runs them as tiles (edge tiles included), in every
+    transposition, batched with a broadcast operand, and both matrix-vector forms."""
+    rng = np.random.default_rng(7)
+    rtol, atol = TOLERANCES[dtype]
+
+    def t(shape):
+        return c.Tensor(rng.uniform(-1, 1, size=shape).astype(np.float32)).to_dtype(dtype)
+
+    cases = {
+        "plain": (t((301, 140)), t((140, 259))),
+        "a transposed": (t((140, 301)).t(), t((140, 259))),
+        "b transposed": (t((301, 140)), t((259, 140)).t()),
+        "both transposed": (t((140, 301)).t(), t((259, 140)).t()),
+        "batched, b broadcast": (t((3, 130, 96)), t((96, 200))),
+        "gemv row": (t((1, 1500)), t((1500, 700))),
+        "gemv row, weight transposed": (t((1, 1500)), t((700, 1500)).t()),
+        "gemv column": (t((900, 1200)), t((1200, 1))),
+    }
+    for name, (a, b) in cases.items():
+        got = (a @ b).to_dtype("f64").numpy()
+        want = np.matmul(a.to_dtype("f64").numpy(), b.to_dtype("f64").numpy())
+        np.testing.assert_allclose(got, want, rtol=8 * rtol, atol=8 * atol * np.sqrt(a.shape[-1]),
+                                   err_msg=f"{dtype} {name}")
+
+
 def test_bf16_rounds_once_from_f32():
     """bf16 x bf16 accumulates in f32 and rounds to nearest even once."""
     rng = np.random.default_rng(2)

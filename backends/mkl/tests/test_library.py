@@ -115,18 +115,46 @@ def test_the_choice_file_decides_per_kernel(monkeypatch, tmp_path):
     assert kernels.choose()[0] == frozenset()
 
 
-def test_mkl_follows_the_cpu_thread_count():
-    """MKL takes the cpu plugin's count at each call (and never more threads than there are cores)."""
-    before = utils.get_num_threads()
-    a = c.Tensor(np.ones((64, 64), np.float32))
+def test_the_pool_layer_keeps_mkl_sequential():
+    """The default layer runs MKL's sequential functions on the cpu plugin's pool: MKL starts no threads."""
+    a = c.Tensor(np.ones((256, 256), np.float32))
+    (a @ a).numpy()
+    assert library.threading_layer() == "pool" and library.load().MKL_Get_Max_Threads() == 1
+    assert "sequential kernels on the cpu plugin's pool" in library.describe()
+
+
+INTEL = """
+import json, numpy as np, candle_api as c
+from candle_api import utils
+from candle_backend_mkl import library
+rng = np.random.default_rng(0)
+a, b = rng.standard_normal((3, 200, 150)).astype(np.float32), rng.standard_normal((150, 120)).astype(np.float32)
+r, w = rng.standard_normal((1, 500)).astype(np.float32), rng.standard_normal((500, 300)).astype(np.float32)
+x = rng.uniform(0.5, 2, 5000).astype(np.float32)
+errs, threads = [], []
+for n in (1, 3):
+    utils.set_num_threads(n)
+    errs.append(float(np.abs((c.Tensor(a) @ c.Tensor(b)).numpy() - a @ b).max()))
+    errs.append(float(np.abs((c.Tensor(r) @ c.Tensor(w)).numpy() - r @ w).max()))
+    errs.append(float(np.abs(c.Tensor(x).log().numpy() - np.log(x)).max()))
+    errs.append(float(np.abs((c.Tensor(a).to_dtype("bf16") @ c.Tensor(b).to_dtype("bf16")).to_dtype("f32").numpy()
+                             - a @ b).max()))
+    threads.append(library.load().MKL_Get_Max_Threads())
+print(json.dumps({"errs": errs, "threads": threads, "about": library.describe()}))
+"""
+
+
+def test_mkl_own_threads_follow_the_cpu_thread_count():
+    """CANDLE_MKL_THREADING=intel: MKL's threads take the cpu plugin's count at each call (never more than
+    there are cores), and the products and vector math give NumPy's answers through MKL's own calls."""
+    env = {**os.environ, "CANDLE_MKL_THREADING": "intel"}
+    proc = subprocess.run([sys.executable, "-c", INTEL], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
     cores = len(os.sched_getaffinity(0))
-    try:
-        for n in (1, 3):
-            utils.set_num_threads(n)
-            (a @ a).numpy()
-            assert library.load().MKL_Get_Max_Threads() == min(n, cores)
-    finally:
-        utils.set_num_threads(before)
+    assert result["threads"] == [1, min(3, cores)] and "intel threading" in result["about"]
+    for i, err in enumerate(result["errs"]):
+        assert err < (0.5 if i % 4 == 3 else 1e-3), (i, err)  # the bf16 product rounds its inputs
 
 
 def test_concurrent_callers_get_right_answers():

@@ -25,7 +25,7 @@ extern "C" {
 
 /* Bumped whenever a signature below changes; the Python side refuses a library
  * whose version differs from the one it was written for. */
-#define CD_ABI_VERSION 6
+#define CD_ABI_VERSION 7
 
 /* Most dimensions an op accepts (the Python core enforces the same limit). */
 #define CD_MAX_DIMS 32
@@ -316,6 +316,23 @@ CD_API int cd_qmatmul_packed(int32_t type, int64_t m, int64_t n, int64_t k, cons
  * blocks of the type); an id outside [0, rows) fails. */
 CD_API int cd_qembedding(int32_t type, int64_t rows, int64_t k, const void *w, int32_t id_dtype, int64_t nids,
                          const void *ids, float *out);
+
+/* ---- an external BLAS on this library's pool (kernels/pooled_blas.c) ---
+ * fn is a sequential build's function, called from the pool's threads on
+ * tiles of the output whose bounds depend only on the shapes. kind 0:
+ * cblas_sgemm_64's signature, 1: cblas_dgemm_64's, 2: cblas_gemm_bf16bf16f32_64's
+ * (bf16 A and B, f32 C). Row-major; C (m x n, ldc) = op(A) op(B) for each of
+ * batch matrices, A, B and C of matrix i at i*sa, i*sb, i*sc elements. */
+CD_API int cd_pooled_gemm(int32_t kind, void *fn, int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k,
+                          const void *a, int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb, void *c,
+                          int64_t ldc, int64_t sc, int64_t batch);
+/* y = op(A) x, fn with cblas_?gemv_64's signature (kind 0 f32, 1 f64), row-major A (rows x cols, lda). */
+CD_API int cd_pooled_gemv(int32_t kind, void *fn, int32_t trans, int64_t rows, int64_t cols, const void *a,
+                          int64_t lda, const void *x, int64_t incx, void *y);
+/* r = fn(a) over n contiguous elements of `size` bytes, in chunks: form 0 vm?Func_64(n, a, r, mode),
+ * 1 vm?Powx_64(n, a, scalar, r, mode), 2 vm?Pow_64(n, a, b, r, mode). */
+CD_API int cd_pooled_vm(int32_t form, void *fn, int32_t size, int64_t n, const void *a, const void *b,
+                        double scalar, void *r, int64_t mode);
 
 /* ---- random ----------------------------------------------------------- */
 /* Counter-based (Philox4x32-10): element i of a call uses counter offset + i, so
