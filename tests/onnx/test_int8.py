@@ -2,7 +2,9 @@
 
 - The LSTM exports of onnxruntime's ``quantize_dynamic`` (com.microsoft
   DynamicQuantizeLSTM, DynamicQuantizeLinear, MatMulInteger; fixtures made by
-  fixtures/make_int8_lstm.py) load and run, matching onnxruntime within 1e-4.
+  fixtures/make_int8_lstm.py) load and run, matching onnxruntime within 1e-4:
+  forward, bidirectional with lengths and initial states, and with the LSTM's
+  options (peepholes and clip, input_forget, non-default activations).
 - Every integer product with constant weights (packed once, run on
   matmul_int8) gives what the same graph gives with its weights fed as
   inputs (the float64 path): int8 and uint8 weights and activations, zero
@@ -28,7 +30,7 @@ from real_models import relative_error  # noqa: E402
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
-@pytest.mark.parametrize("name", ["forward", "bidirectional"])
+@pytest.mark.parametrize("name", ["forward", "bidirectional", "peepholes_clip", "input_forget", "activations"])
 def test_quantize_dynamic_lstm_exports_match_onnxruntime(name):
     fixture = np.load(FIXTURES / f"int8_lstm_{name}.npz")
     feeds = {k[3:]: fixture[k] for k in fixture.files if k.startswith("in:")}
