@@ -54,6 +54,7 @@ typedef struct {
     int64_t C, per_chunk;           /* steps per chunk, phases per chunk (its projection and steps) */
     int64_t xs[3], wis[2], whs[2];  /* strides: x (time, batch, feature), W_ih and W_hh (row, column) */
     int reverse, two_phase, input_forget;
+    int fused;                      /* LSTM steps through cd_ops.lstm_step_f32 (lstm_fused) */
     double clip;                    /* > 0: gate inputs are clipped to [-clip, clip] */
     int gate[MAX_GATES];            /* the storage slot of i, f, g, o (LSTM) or r, z, n (GRU) */
     const char *x, *w_ih, *w_hh;
@@ -111,6 +112,22 @@ static void write_output(const rnn_ctx *x, int64_t t, int64_t r, const unit_bloc
 #define CELL_T double
 #define CELL_SFX _f64
 #include "templates/rnn_cell.h"
+
+/* An LSTM item in f32 with every row active (no sequence lengths): the recurrent product is added to
+ * the block's input projections in place, and one vector pass makes the cells' update and writes h
+ * and the output (no tiles, no separate passes per gate). */
+static void lstm_fused(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack) {
+    const int64_t H = x->H, U = x->U, t = x->reverse ? x->T - 1 - s : s;
+    float *pre = (float *)projections(x, ub->index, s, 0);
+    x->pan->product(CD_f32, x->B, H, apack, hpanel(x, ub->index, 0), 4, (int)ub->n, pre, x->G * U, U, 1);
+    const float *bias = (const float *)x->bias + ub->u0, *peep = (const float *)x->peep; /* i, o, f */
+    cd_lstm_step st = {.rows = x->B, .n = ub->n, .ldp = x->G * U, .ld = H, .c = (float *)x->c + ub->u0,
+                       .h = (float *)x->h[(s + 1) & 1] + ub->u0, .y = (float *)x->out + t * x->B * H + ub->u0,
+                       .clip = (float)x->clip, .input_forget = x->input_forget};
+    for (int k = 0; k < 4; k++) st.pre[k] = pre + x->gate[k] * U, st.bias[k] = bias + x->gate[k] * H;
+    if (peep) st.peep[0] = peep + ub->u0, st.peep[1] = peep + 2 * H + ub->u0, st.peep[2] = peep + H + ub->u0;
+    cd_ops.lstm_step_f32(&st);
+}
 
 /* ---- scheduling ---------------------------------------------------------------------- */
 static inline void relax(int64_t *spins) {
@@ -178,7 +195,7 @@ static void run_item(rnn_ctx *x, int64_t phase, int64_t block, scratch *m) {
             m->packed_x = chunk;
         }
         x->pan->product(x->ct, m->xrows_n, x->I, m->xpack, ipanel(x, block, 0), (int)x->G, (int)ub.n,
-                        projections(x, block, chunk * x->C, 0), x->G * x->U, x->U);
+                        projections(x, block, chunk * x->C, 0), x->G * x->U, x->U, 0);
     } else {
         const int64_t s = chunk * x->C + (k - 1) / pps;
         const int stage = (int)((k - 1) % pps);
@@ -186,7 +203,8 @@ static void run_item(rnn_ctx *x, int64_t phase, int64_t block, scratch *m) {
             x->pan->pack_a(x->ct, x->B, x->H, stage ? x->rh : x->h[s & 1], x->H, m->apack);
             m->packed_h = phase;
         }
-        if (x->ct == CD_f64) run_step_f64(x, s, stage, &ub, m->apack, m->tiles);
+        if (x->fused) lstm_fused(x, s, &ub, m->apack);
+        else if (x->ct == CD_f64) run_step_f64(x, s, stage, &ub, m->apack, m->tiles);
         else run_step_f32(x, s, stage, &ub, m->apack, m->tiles);
     }
 }
@@ -350,6 +368,7 @@ int cd_rnn(int32_t dtype, int32_t cell, const int64_t *desc, const void *x_in, c
     if (parse(&x, dtype, cell, desc)) return -1;
     x.x = x_in, x.w_ih = w_ih, x.w_hh = w_hh, x.lens = lens, x.out = out, x.clip = clip > 0 ? clip : 0;
     if (x.B == 0 || x.H == 0) return 0;
+    x.fused = cell == CELL_LSTM && dtype == CD_f32 && !lens && cd_ops.lstm_step_f32;
     if (check_lengths(&x)) return -1;
     size_chunks(&x);
     x.participants = CD_MAX(1, CD_MIN(cd_num_threads(), x.nblocks));

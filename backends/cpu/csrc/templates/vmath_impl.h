@@ -400,6 +400,50 @@ static void dot_rows_f32(const float *w, int nw, const float *x, int64_t m, int6
     }
 }
 
+/* ---- recurrent cells -------------------------------------------------------------- */
+/* w <= VW floats at p (the lanes past w are zeros), and back. */
+static inline vf vload_n(const float *p, int64_t w) {
+    if (w == VW) return vload(p);
+    float t[VW] = {0};
+    memcpy(t, p, (size_t)w * sizeof(float));
+    return vload(t);
+}
+
+static inline void vstore_n(float *p, vf v, int64_t w) {
+    if (w == VW) {
+        vstore(p, v);
+        return;
+    }
+    float t[VW];
+    vstore(t, v);
+    memcpy(p, t, (size_t)w * sizeof(float));
+}
+
+static inline vf vclip(vf v, float clip) { return clip > 0 ? vmin(vmax(v, vset1(-clip)), vset1(clip)) : v; }
+
+/* VW cells of one row at unit j: the gates from their pre-activations and biases, then c and h. */
+static inline void lstm_lanes(const cd_lstm_step *st, int64_t ap, int64_t at, int64_t j, int64_t w) {
+    vf g[4], c = vload_n(st->c + at + j, w);
+    for (int k = 0; k < 4; k++) g[k] = vadd(vload_n(st->pre[k] + ap + j, w), vload_n(st->bias[k] + j, w));
+    if (st->peep[0]) {
+        g[0] = vfma(vload_n(st->peep[0] + j, w), c, g[0]);
+        g[1] = vfma(vload_n(st->peep[1] + j, w), c, g[1]);
+    }
+    const vf i = vsigmoid(vclip(g[0], st->clip));
+    const vf f = st->input_forget ? vsub(vset1(1.0f), i) : vsigmoid(vclip(g[1], st->clip));
+    c = vfma(f, c, vmul(i, vtanh(vclip(g[2], st->clip))));
+    if (st->peep[0]) g[3] = vfma(vload_n(st->peep[2] + j, w), c, g[3]);
+    const vf h = vmul(vsigmoid(vclip(g[3], st->clip)), vtanh(c));
+    vstore_n(st->c + at + j, c, w);
+    vstore_n(st->h + at + j, h, w);
+    vstore_n(st->y + at + j, h, w);
+}
+
+static void lstm_step_f32(const cd_lstm_step *st) {
+    for (int64_t r = 0; r < st->rows; r++)
+        for (int64_t j = 0; j < st->n; j += VW) lstm_lanes(st, r * st->ldp, r * st->ld, j, CD_MIN(VW, st->n - j));
+}
+
 void VMATH_FILL(cd_isa_ops *ops) {
     ops->unary_f32[CD_UNARY_exp] = map_exp;
     ops->unary_f32[CD_UNARY_log] = map_log;
@@ -422,4 +466,5 @@ void VMATH_FILL(cd_isa_ops *ops) {
     ops->sum_f32 = sum_f32;
     ops->extreme_f32 = extreme_f32;
     ops->dot_rows_f32 = dot_rows_f32;
+    ops->lstm_step_f32 = lstm_step_f32;
 }
