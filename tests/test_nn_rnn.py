@@ -147,6 +147,16 @@ def test_lstm_without_lengths_matches_numpy_over_several_chunks(dtype, tol, reve
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+def test_lstm_on_a_batch_first_view_of_one_sequence(reverse):
+    """Batch 1 viewed step-major from batch-first storage (rows one step apart): packed from x in place."""
+    a, t = operands(4, steps=150, batch=1, dtype="f32")
+    x = c.Tensor(np.ascontiguousarray(a["x"].transpose(1, 0, 2))).to_dtype("f32").transpose(0, 1)
+    got = run_lstm({**t, "x": x}, reverse=reverse).numpy()
+    want = lstm_reference(a["x"], a["w_ih"], a["w"], a["h0"], a["c0"], a["b_ih"], a["b_hh"], reverse=reverse)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
 def test_results_do_not_depend_on_the_thread_count():
     _, t4 = operands(4, dtype="f32", batch=17)
     _, t3 = operands(3, dtype="f32", batch=17)

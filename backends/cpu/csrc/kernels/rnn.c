@@ -183,7 +183,7 @@ static int64_t pack_inputs(const rnn_ctx *x, int64_t s0, char *rows, char *packe
     const int64_t n = CD_MIN(x->C, x->steps - s0) * x->B;
     if (x->in_place) { /* the chunk's times form one run of rows of x */
         const int64_t t0 = x->reverse ? x->T - s0 - n / x->B : s0;
-        x->pan->pack_a(x->ct, n, x->I, x->x + t0 * x->xs[0] * isz, x->xs[1], packed);
+        x->pan->pack_a(x->ct, n, x->I, x->x + t0 * x->xs[0] * isz, x->B == 1 ? x->xs[0] : x->xs[1], packed);
         return n;
     }
     for (int64_t k = 0; k < n; k++) {
@@ -346,7 +346,7 @@ static char *allocate(rnn_ctx *x) {
     const int64_t hpanels = round64(x->nblocks * x->H * panel), ipanels = round64(x->nblocks * x->I * panel);
     const int64_t xwc = round64(x->nblocks * rows * panel);
     x->apack_bytes = round64((x->B + mr - 1) / mr * mr * x->H * x->csz);
-    x->xrows_bytes = round64(rows * x->I * x->csz);
+    x->xrows_bytes = x->in_place ? 0 : round64(rows * x->I * x->csz);
     x->xpack_bytes = round64((rows + mr - 1) / mr * mr * x->I * x->csz);
     const int64_t tiles = round64(5 * x->B * x->U * x->csz);
     x->per_bytes = x->apack_bytes + x->xrows_bytes + x->xpack_bytes + tiles;
@@ -390,7 +390,7 @@ int cd_rnn(int32_t dtype, int32_t cell, const int64_t *desc, const void *x_in, c
     x.x = x_in, x.w_ih = w_ih, x.w_hh = w_hh, x.lens = lens, x.out = out, x.clip = clip > 0 ? clip : 0;
     if (x.B == 0 || x.H == 0) return 0;
     x.fused = cell == CELL_LSTM && dtype == CD_f32 && !lens && cd_ops.lstm_step_f32;
-    x.in_place = dtype == x.ct && !lens && x.xs[2] == 1 && x.xs[0] == x.B * x.xs[1];
+    x.in_place = dtype == x.ct && !lens && x.xs[2] == 1 && (x.B == 1 || x.xs[0] == x.B * x.xs[1]);
     if (check_lengths(&x)) return -1;
     size_chunks(&x);
     x.participants = CD_MAX(1, CD_MIN(cd_num_threads(), x.nblocks));
