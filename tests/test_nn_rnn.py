@@ -126,6 +126,37 @@ def test_fused_layers_match_numpy_on_strided_inputs(dtype, tol, reverse):
         np.testing.assert_allclose(got.numpy(), want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype, tol", [("f32", 2e-5), ("f64", 1e-12)])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("options", [{}, {"gates": "iofc", "clip": 1.5, "input_forget": True}, {"peepholes": True}])
+def test_lstm_without_lengths_matches_numpy_over_several_chunks(dtype, tol, reverse, options):
+    """No sequence lengths: the inputs packed from x in place, 150 steps in several chunks (68 in f32, 34 in
+    f64; the last one partial), f32's cells in one vector pass; a NaN input reaches the outputs it feeds as NaN."""
+    a, t = operands(4, steps=150, dtype=dtype)
+    x = np.ascontiguousarray(a["x"])
+    x[40, 2, 3] = np.nan
+    kw = dict(options)
+    if kw.pop("peepholes", False):
+        a["peepholes"] = RNG.uniform(-0.5, 0.5, 3 * 70)
+        kw["peepholes"] = c.Tensor(a["peepholes"]).to_dtype(dtype)
+    got = run_lstm({**t, "x": c.Tensor(x).to_dtype(dtype)}, reverse=reverse, **kw).numpy()
+    want = lstm_reference(x, a["w_ih"], a["w"], a["h0"], a["c0"], a["b_ih"], a["b_hh"], reverse=reverse,
+                          **{**kw, "peepholes": a.get("peepholes")})
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got).any() and not np.isnan(got[:, 0]).any()
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_lstm_on_a_batch_first_view_of_one_sequence(reverse):
+    """Batch 1 viewed step-major from batch-first storage (rows one step apart): packed from x in place."""
+    a, t = operands(4, steps=150, batch=1, dtype="f32")
+    x = c.Tensor(np.ascontiguousarray(a["x"].transpose(1, 0, 2))).to_dtype("f32").transpose(0, 1)
+    got = run_lstm({**t, "x": x}, reverse=reverse).numpy()
+    want = lstm_reference(a["x"], a["w_ih"], a["w"], a["h0"], a["c0"], a["b_ih"], a["b_hh"], reverse=reverse)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
 def test_results_do_not_depend_on_the_thread_count():
     _, t4 = operands(4, dtype="f32", batch=17)
     _, t3 = operands(3, dtype="f32", batch=17)

@@ -15,6 +15,13 @@
  * steps read them from the cache. (Projecting every step first, as one large
  * product, sends them to memory and back: the rows a block reads at a step
  * lie 4H apart, and fetching them back cost 15% of the call at batch 16.)
+ * When x is in the compute type with a step's rows evenly spaced, a chunk's
+ * rows are packed from x in place, in time order (no gathered copy).
+ *
+ * An f32 LSTM without sequence lengths adds each step's recurrent product to
+ * the projections in place and finishes its cells in one vector pass
+ * (cd_ops.lstm_step_f32: biases, gates, c and h in registers); other cases
+ * go through gate tiles and the portable loops of templates/rnn_cell.h.
  *
  * The call is a sequence of phases of one item per block: packing; then per
  * chunk, its projection and its steps. A step is one phase; ONNX's GRU
@@ -54,6 +61,8 @@ typedef struct {
     int64_t C, per_chunk;           /* steps per chunk, phases per chunk (its projection and steps) */
     int64_t xs[3], wis[2], whs[2];  /* strides: x (time, batch, feature), W_ih and W_hh (row, column) */
     int reverse, two_phase, input_forget;
+    int fused;                      /* LSTM steps through cd_ops.lstm_step_f32 (lstm_fused) */
+    int in_place;                   /* x in compute type, a step's rows evenly spaced: packed from x directly */
     double clip;                    /* > 0: gate inputs are clipped to [-clip, clip] */
     int gate[MAX_GATES];            /* the storage slot of i, f, g, o (LSTM) or r, z, n (GRU) */
     const char *x, *w_ih, *w_hh;
@@ -92,9 +101,17 @@ static inline const void *ipanel(const rnn_ctx *x, int64_t block, int slot) {
     return x->ipanels + (block * x->G + slot) * x->I * x->U * x->csz;
 }
 
+/* Where step s lies in its chunk's rows: in step order, or in time order when the chunk's inputs are
+ * packed in place from x (a reverse layer's steps then run from the chunk's last rows up). */
+static inline int64_t chunk_step(const rnn_ctx *x, int64_t s) {
+    if (!x->in_place || !x->reverse) return s % x->C;
+    const int64_t s0 = s - s % x->C;
+    return CD_MIN(x->C, x->steps - s0) - 1 - s % x->C;
+}
+
 /* Block b's projections of gate slot `slot` at step s: row r at + r * G * U. */
 static inline char *projections(const rnn_ctx *x, int64_t block, int64_t s, int slot) {
-    return x->xwc + ((block * x->C + s % x->C) * x->B * x->G * x->U + slot * x->U) * x->csz;
+    return x->xwc + ((block * x->C + chunk_step(x, s)) * x->B * x->G * x->U + slot * x->U) * x->csz;
 }
 
 /* y[t, r, the block's units] = src (compute type), or zeros when src is NULL. */
@@ -111,6 +128,22 @@ static void write_output(const rnn_ctx *x, int64_t t, int64_t r, const unit_bloc
 #define CELL_T double
 #define CELL_SFX _f64
 #include "templates/rnn_cell.h"
+
+/* An LSTM item in f32 with every row active (no sequence lengths): the recurrent product is added to
+ * the block's input projections in place, and one vector pass makes the cells' update and writes h
+ * and the output (no tiles, no separate passes per gate). */
+static void lstm_fused(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack) {
+    const int64_t H = x->H, U = x->U, t = x->reverse ? x->T - 1 - s : s;
+    float *pre = (float *)projections(x, ub->index, s, 0);
+    x->pan->product(CD_f32, x->B, H, apack, hpanel(x, ub->index, 0), 4, (int)ub->n, pre, x->G * U, U, 1);
+    const float *bias = (const float *)x->bias + ub->u0, *peep = (const float *)x->peep; /* i, o, f */
+    cd_lstm_step st = {.rows = x->B, .n = ub->n, .ldp = x->G * U, .ld = H, .c = (float *)x->c + ub->u0,
+                       .h = (float *)x->h[(s + 1) & 1] + ub->u0, .y = (float *)x->out + t * x->B * H + ub->u0,
+                       .clip = (float)x->clip, .input_forget = x->input_forget};
+    for (int k = 0; k < 4; k++) st.pre[k] = pre + x->gate[k] * U, st.bias[k] = bias + x->gate[k] * H;
+    if (peep) st.peep[0] = peep + ub->u0, st.peep[1] = peep + 2 * H + ub->u0, st.peep[2] = peep + H + ub->u0;
+    cd_ops.lstm_step_f32(&st);
+}
 
 /* ---- scheduling ---------------------------------------------------------------------- */
 static inline void relax(int64_t *spins) {
@@ -148,6 +181,11 @@ static void pack_weights(const rnn_ctx *x, const unit_block *ub) {
 static int64_t pack_inputs(const rnn_ctx *x, int64_t s0, char *rows, char *packed) {
     const int isz = cd_dtype_size(x->dtype);
     const int64_t n = CD_MIN(x->C, x->steps - s0) * x->B;
+    if (x->in_place) { /* the chunk's times form one run of rows of x */
+        const int64_t t0 = x->reverse ? x->T - s0 - n / x->B : s0;
+        x->pan->pack_a(x->ct, n, x->I, x->x + t0 * x->xs[0] * isz, x->B == 1 ? x->xs[0] : x->xs[1], packed);
+        return n;
+    }
     for (int64_t k = 0; k < n; k++) {
         const int64_t t = time_of(x, s0 + k / x->B, k % x->B);
         char *dst = rows + k * x->I * x->csz;
@@ -178,7 +216,7 @@ static void run_item(rnn_ctx *x, int64_t phase, int64_t block, scratch *m) {
             m->packed_x = chunk;
         }
         x->pan->product(x->ct, m->xrows_n, x->I, m->xpack, ipanel(x, block, 0), (int)x->G, (int)ub.n,
-                        projections(x, block, chunk * x->C, 0), x->G * x->U, x->U);
+                        x->xwc + block * x->C * x->B * x->G * x->U * x->csz, x->G * x->U, x->U, 0);
     } else {
         const int64_t s = chunk * x->C + (k - 1) / pps;
         const int stage = (int)((k - 1) % pps);
@@ -186,7 +224,8 @@ static void run_item(rnn_ctx *x, int64_t phase, int64_t block, scratch *m) {
             x->pan->pack_a(x->ct, x->B, x->H, stage ? x->rh : x->h[s & 1], x->H, m->apack);
             m->packed_h = phase;
         }
-        if (x->ct == CD_f64) run_step_f64(x, s, stage, &ub, m->apack, m->tiles);
+        if (x->fused) lstm_fused(x, s, &ub, m->apack);
+        else if (x->ct == CD_f64) run_step_f64(x, s, stage, &ub, m->apack, m->tiles);
         else run_step_f32(x, s, stage, &ub, m->apack, m->tiles);
     }
 }
@@ -307,7 +346,7 @@ static char *allocate(rnn_ctx *x) {
     const int64_t hpanels = round64(x->nblocks * x->H * panel), ipanels = round64(x->nblocks * x->I * panel);
     const int64_t xwc = round64(x->nblocks * rows * panel);
     x->apack_bytes = round64((x->B + mr - 1) / mr * mr * x->H * x->csz);
-    x->xrows_bytes = round64(rows * x->I * x->csz);
+    x->xrows_bytes = x->in_place ? 0 : round64(rows * x->I * x->csz);
     x->xpack_bytes = round64((rows + mr - 1) / mr * mr * x->I * x->csz);
     const int64_t tiles = round64(5 * x->B * x->U * x->csz);
     x->per_bytes = x->apack_bytes + x->xrows_bytes + x->xpack_bytes + tiles;
@@ -350,6 +389,8 @@ int cd_rnn(int32_t dtype, int32_t cell, const int64_t *desc, const void *x_in, c
     if (parse(&x, dtype, cell, desc)) return -1;
     x.x = x_in, x.w_ih = w_ih, x.w_hh = w_hh, x.lens = lens, x.out = out, x.clip = clip > 0 ? clip : 0;
     if (x.B == 0 || x.H == 0) return 0;
+    x.fused = cell == CELL_LSTM && dtype == CD_f32 && !lens && cd_ops.lstm_step_f32;
+    x.in_place = dtype == x.ct && !lens && x.xs[2] == 1 && (x.B == 1 || x.xs[0] == x.B * x.xs[1]);
     if (check_lengths(&x)) return -1;
     size_chunks(&x);
     x.participants = CD_MAX(1, CD_MIN(cd_num_threads(), x.nblocks));

@@ -31,10 +31,23 @@ typedef struct {
     /* A (m x k of ct, rows lda apart) to ceil(m / height) panels of height x k ct values */
     void (*pack_a)(int32_t ct, int64_t m, int64_t k, const void *a, int64_t lda, void *dst);
     /* C_q (m x nr, rows ldc apart, at c + q * cstride ct values) = packed A @ panel q, for count
-     * consecutive panels from `panels`, nr <= width */
+     * consecutive panels from `panels`, nr <= width; with accumulate, C_q += the product */
     void (*product)(int32_t ct, int64_t m, int64_t k, const void *apack, const void *panels, int count, int nr,
-                    void *c, int64_t ldc, int64_t cstride);
+                    void *c, int64_t ldc, int64_t cstride, int accumulate);
 } cd_panel_ops;
+
+/* One time step of rows x n LSTM cells in f32 (kernels/rnn.c), in one pass: pre[k] + r * ldp holds
+ * row r's pre-activations of gate k (i, f, g, o), to which bias[k] is added; clip > 0 clips them
+ * to [-clip, clip]; peep (i, f, o; NULL: none) adds p_i * c and p_f * c to i and f, p_o * c_new to
+ * o; input_forget makes f = 1 - i. c (rows ld apart) is updated in place; h and y (rows ld apart)
+ * receive o * tanh(c). */
+typedef struct {
+    int64_t rows, n, ldp, ld;
+    const float *pre[4], *bias[4], *peep[3];
+    float *c, *h, *y;
+    float clip;
+    int input_forget;
+} cd_lstm_step;
 typedef void (*cd_f32_to_half)(int64_t n, const float *src, uint16_t *dst);
 
 typedef struct {
@@ -56,6 +69,8 @@ typedef struct {
     /* y[i * ldy + j] = x[i] . w[j] for the m rows of x and the nw <= 4 rows of w, each k contiguous floats
      * (a tile of decoded weight rows against a few activation rows: each load of x feeds nw products). */
     void (*dot_rows_f32)(const float *w, int nw, const float *x, int64_t m, int64_t k, float *y, int64_t ldy);
+    /* NULL: the recurrent layers' portable cell loops (templates/rnn_cell.h). */
+    void (*lstm_step_f32)(const cd_lstm_step *step);
     /* A row of k activations quantized to blocks of act_type (q8_0, q8_1 or q8_K) at `blocks`, bit for bit
      * as the type's reference quantizer; the 32-value types also get the tables before the blocks
      * (kernels/quant.h). */

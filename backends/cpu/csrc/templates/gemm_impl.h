@@ -653,7 +653,7 @@ static void pack_rows(int32_t ct, int64_t m, int64_t k, const void *a, int64_t l
 #define GEN_ROW_PANELS(T, NR)                                                                              \
     static inline __attribute__((always_inline)) void row_panels_##T(                                     \
         const int NQ, int64_t k, const T *restrict a, int64_t as, const T *restrict b, int64_t bstride,    \
-        int nr, T *restrict c, int64_t cstride) {                                                          \
+        int nr, T *restrict c, int64_t cstride, int accumulate) {                                          \
         T acc[4][NR];                                                                                      \
         for (int q = 0; q < NQ; q++)                                                                       \
             for (int j = 0; j < NR; j++) acc[q][j] = 0;                                                    \
@@ -662,30 +662,33 @@ static void pack_rows(int32_t ct, int64_t m, int64_t k, const void *a, int64_t l
             for (int q = 0; q < NQ; q++)                                                                   \
                 for (int j = 0; j < NR; j++) acc[q][j] += ap * b[q * bstride + p * NR + j];                \
         }                                                                                                  \
-        for (int q = 0; q < NQ; q++) memcpy(c + q * cstride, acc[q], (size_t)nr * sizeof(T));              \
+        for (int q = 0; q < NQ; q++)                                                                       \
+            for (int j = 0; j < nr; j++) c[q * cstride + j] = accumulate ? c[q * cstride + j] + acc[q][j] : acc[q][j]; \
     }                                                                                                      \
     static void row_product_##T(int64_t k, const T *a, int64_t as, const T *b, int count, int nr, T *c,     \
-                                int64_t cstride) {                                                         \
+                                int64_t cstride, int accumulate) {                                         \
         const int64_t bs = k * NR;                                                                         \
         int q = 0;                                                                                         \
-        for (; q + 4 <= count; q += 4) row_panels_##T(4, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride); \
+        for (; q + 4 <= count; q += 4)                                                                     \
+            row_panels_##T(4, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride, accumulate);         \
         switch (count - q) {                                                                               \
-        case 3: row_panels_##T(3, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride); break;          \
-        case 2: row_panels_##T(2, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride); break;          \
-        case 1: row_panels_##T(1, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride); break;          \
+        case 3: row_panels_##T(3, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride, accumulate); break; \
+        case 2: row_panels_##T(2, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride, accumulate); break; \
+        case 1: row_panels_##T(1, k, a, as, b + q * bs, bs, nr, c + q * cstride, cstride, accumulate); break; \
         default: break;                                                                                    \
         }                                                                                                  \
     }
 GEN_ROW_PANELS(float, F32_NR)
 GEN_ROW_PANELS(double, F64_NR)
 
-/* C_q (m x nr, rows ldc apart, at c + q * cstride) = packed A @ panel q for count consecutive panels. */
+/* C_q (m x nr, rows ldc apart, at c + q * cstride) = (or +=, accumulate) packed A @ panel q for count
+ * consecutive panels. */
 static void panel_product(int32_t ct, int64_t m, int64_t k, const void *apack, const void *panels, int count, int nr,
-                          void *c, int64_t ldc, int64_t cstride) {
+                          void *c, int64_t ldc, int64_t cstride, int accumulate) {
     const int64_t mr = panel_height(ct), bs = k * panel_width(ct);
     if (m == 1) {
-        if (ct == CD_f64) row_product_double(k, apack, F64_MR, panels, count, nr, c, cstride);
-        else row_product_float(k, apack, F32_MR, panels, count, nr, c, cstride);
+        if (ct == CD_f64) row_product_double(k, apack, F64_MR, panels, count, nr, c, cstride, accumulate);
+        else row_product_float(k, apack, F32_MR, panels, count, nr, c, cstride, accumulate);
         return;
     }
     for (int q = 0; q < count; q++)
@@ -693,10 +696,10 @@ static void panel_product(int32_t ct, int64_t m, int64_t k, const void *apack, c
             r1 = panel_row(m, mr, p + 1);
             if (ct == CD_f64)
                 micro_f64(k, (const double *)apack + p * mr * k, (const double *)panels + q * bs, F64_NR,
-                          (double *)c + q * cstride + r0 * ldc, ldc, (int)(r1 - r0), nr, 0);
+                          (double *)c + q * cstride + r0 * ldc, ldc, (int)(r1 - r0), nr, accumulate);
             else
                 micro_f32(k, (const float *)apack + p * mr * k, (const float *)panels + q * bs, F32_NR,
-                          (float *)c + q * cstride + r0 * ldc, ldc, (int)(r1 - r0), nr, 0);
+                          (float *)c + q * cstride + r0 * ldc, ldc, (int)(r1 - r0), nr, accumulate);
         }
 }
 

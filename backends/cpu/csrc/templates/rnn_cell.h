@@ -41,7 +41,7 @@ static void FN(add_inputs)(const rnn_ctx *x, int64_t s, int slot, const unit_blo
 static void FN(gate_tiles)(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack, int first, int count,
                            T_ *tiles) {
     const int64_t n = x->B * x->U;
-    x->pan->product(x->ct, x->B, x->H, apack, hpanel(x, ub->index, first), count, (int)ub->n, tiles, x->U, n);
+    x->pan->product(x->ct, x->B, x->H, apack, hpanel(x, ub->index, first), count, (int)ub->n, tiles, x->U, n, 0);
     for (int q = 0; q < count; q++) FN(add_inputs)(x, s, first + q, ub, tiles + q * n, 0);
 }
 
@@ -133,7 +133,7 @@ static void FN(gru_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, cons
             }
         return;
     }
-    x->pan->product(x->ct, B, H, apack, hpanel(x, ub->index, 2), 1, (int)ub->n, gn, U, n);
+    x->pan->product(x->ct, B, H, apack, hpanel(x, ub->index, 2), 1, (int)ub->n, gn, U, n, 0);
     FN(add_inputs)(x, s, 2, ub, xn, 1);
     const T_ *bn = (const T_ *)x->bias_hn + ub->u0;
     for (int64_t r = 0; r < B; r++)
@@ -156,7 +156,7 @@ static void FN(gru_item)(const rnn_ctx *x, int64_t s, const unit_block *ub, cons
 static void FN(gru_candidate)(const rnn_ctx *x, int64_t s, const unit_block *ub, const void *apack, T_ *tiles) {
     const int64_t B = x->B, H = x->H, U = x->U, n = B * U;
     T_ *gn = tiles, *xn = tiles + n;
-    x->pan->product(x->ct, B, H, apack, hpanel(x, ub->index, 2), 1, (int)ub->n, gn, U, n);
+    x->pan->product(x->ct, B, H, apack, hpanel(x, ub->index, 2), 1, (int)ub->n, gn, U, n, 0);
     FN(add_inputs)(x, s, 2, ub, xn, 1);
     const T_ *bn = (const T_ *)x->bias_hn + ub->u0, *hp = (const T_ *)x->h[s & 1], *z = (const T_ *)x->z;
     for (int64_t r = 0; r < B; r++)

@@ -71,14 +71,17 @@ static inline vf vlog(vf x) {
     return fixup(special, x, out, logf);
 }
 
-static inline vf vtanh(vf x) {
+/* tanh of numbers (NaN lanes: anything). */
+static inline vf vtanh_core(vf x) {
     vf a = vabs(x), x2 = vmul(x, x);
     vf small = vfma(vmul(x2, x), vpoly(x2, TANH_P, 6), x);
     vf e = vexp_core(vmin(vadd(a, a), vset1(40.0f)));
     vf big = vsub(vset1(1.0f), vdiv(vset1(2.0f), vadd(e, vset1(1.0f))));
     /* tanh is odd: the sign of x, -0.0 included. */
-    return fixup(visnan(x), x, vcopysign(vselect(vlt(a, vset1(0.625f)), small, big), x), tanhf);
+    return vcopysign(vselect(vlt(a, vset1(0.625f)), small, big), x);
 }
+
+static inline vf vtanh(vf x) { return fixup(visnan(x), x, vtanh_core(x), tanhf); }
 
 /* erfc(a) for a >= 0.5, given a^2 as an exact sum hi + lo: exp(-a^2) amplifies
  * any rounding of a^2 by a^2, so the square must not be rounded. */
@@ -98,6 +101,12 @@ static inline vf verf(vf x) {
 }
 
 static inline vf vsigmoid(vf x) { return vdiv(vset1(1.0f), vadd(vset1(1.0f), vexp(vsub(vzero(), x)))); }
+
+/* sigmoid of numbers (NaN lanes: anything); below -88.3 it stays at sigmoid(-88.3), 4.6e-39, not 0. */
+static inline vf vsigmoid_core(vf x) {
+    vf e = vexp_core(vmin(vmax(vsub(vzero(), x), vset1(-87.0f)), vset1(88.3f)));
+    return vdiv(vset1(1.0f), vadd(vset1(1.0f), e));
+}
 
 static inline vf vsilu(vf x) { return vdiv(x, vadd(vset1(1.0f), vexp(vsub(vzero(), x)))); }
 
@@ -400,6 +409,78 @@ static void dot_rows_f32(const float *w, int nw, const float *x, int64_t m, int6
     }
 }
 
+/* ---- recurrent cells -------------------------------------------------------------- */
+/* w <= VW floats at p (the lanes past w are zeros), and back. */
+static inline vf vload_n(const float *p, int64_t w) {
+    if (w == VW) return vload(p);
+    float t[VW] = {0};
+    memcpy(t, p, (size_t)w * sizeof(float));
+    return vload(t);
+}
+
+static inline void vstore_n(float *p, vf v, int64_t w) {
+    if (w == VW) {
+        vstore(p, v);
+        return;
+    }
+    float t[VW];
+    vstore(t, v);
+    memcpy(p, t, (size_t)w * sizeof(float));
+}
+
+/* v clipped to [-clip, clip] (clip > 0), NaN kept: the x86 min and max return their second operand
+ * when either is NaN. */
+static inline vf vclip(vf v, float clip) { return clip > 0 ? vmin(vset1(clip), vmax(vset1(-clip), v)) : v; }
+
+/* VW cells of one row at unit j: the gates from their pre-activations and biases, then c and h.
+ * `exact`: through the functions that give NaN lanes their C library answers (a vector with a NaN
+ * input takes that path); otherwise through their cores, which keep everything in registers. */
+static void lstm_cells_exact(const cd_lstm_step *st, int64_t ap, int64_t at, int64_t j, int64_t w);
+
+static inline __attribute__((always_inline)) void lstm_cells(const cd_lstm_step *st, int64_t ap, int64_t at,
+                                                             int64_t j, int64_t w, int exact) {
+    vf g[4], p[3], c = vload_n(st->c + at + j, w);
+    vm nan = visnan(c);
+    for (int k = 0; k < 4; k++) {
+        g[k] = vadd(vload_n(st->pre[k] + ap + j, w), vload_n(st->bias[k] + j, w));
+        nan = vor_m(nan, visnan(g[k]));
+    }
+    for (int k = 0; k < 3 && st->peep[0]; k++) {
+        p[k] = vload_n(st->peep[k] + j, w);
+        nan = vor_m(nan, visnan(p[k]));
+    }
+    if (!exact && vany(nan)) {
+        lstm_cells_exact(st, ap, at, j, w);
+        return;
+    }
+    if (st->peep[0]) {
+        g[0] = vfma(p[0], c, g[0]);
+        g[1] = vfma(p[1], c, g[1]);
+    }
+    const vf i = exact ? vsigmoid(vclip(g[0], st->clip)) : vsigmoid_core(vclip(g[0], st->clip));
+    const vf f = st->input_forget ? vsub(vset1(1.0f), i)
+                 : exact          ? vsigmoid(vclip(g[1], st->clip))
+                                  : vsigmoid_core(vclip(g[1], st->clip));
+    const vf gg = vclip(g[2], st->clip);
+    c = vfma(f, c, vmul(i, exact ? vtanh(gg) : vtanh_core(gg)));
+    if (st->peep[0]) g[3] = vfma(p[2], c, g[3]);
+    const vf o = exact ? vsigmoid(vclip(g[3], st->clip)) : vsigmoid_core(vclip(g[3], st->clip));
+    const vf h = vmul(o, exact ? vtanh(c) : vtanh_core(c));
+    vstore_n(st->c + at + j, c, w);
+    vstore_n(st->h + at + j, h, w);
+    vstore_n(st->y + at + j, h, w);
+}
+
+__attribute__((noinline)) static void lstm_cells_exact(const cd_lstm_step *st, int64_t ap, int64_t at, int64_t j,
+                                                       int64_t w) {
+    lstm_cells(st, ap, at, j, w, 1);
+}
+
+static void lstm_step_f32(const cd_lstm_step *st) {
+    for (int64_t r = 0; r < st->rows; r++)
+        for (int64_t j = 0; j < st->n; j += VW) lstm_cells(st, r * st->ldp, r * st->ld, j, CD_MIN(VW, st->n - j), 0);
+}
+
 void VMATH_FILL(cd_isa_ops *ops) {
     ops->unary_f32[CD_UNARY_exp] = map_exp;
     ops->unary_f32[CD_UNARY_log] = map_log;
@@ -422,4 +503,5 @@ void VMATH_FILL(cd_isa_ops *ops) {
     ops->sum_f32 = sum_f32;
     ops->extreme_f32 = extreme_f32;
     ops->dot_rows_f32 = dot_rows_f32;
+    ops->lstm_step_f32 = lstm_step_f32;
 }
