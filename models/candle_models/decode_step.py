@@ -1,0 +1,166 @@
+"""A Llama-family decoding step with its kernel calls bound once: one token of one sequence through
+every layer as the device's kernels (the contract's rows, called as the core calls them), without
+building a Tensor, a layout or a dispatch per op.
+
+A decoding step runs ~23 ops a layer on vectors of a few hundred values: their Python dispatch
+(shapes checked, layouts and Tensors built) costs more than their arithmetic, and on a small
+model as much as the quantized products themselves. Here the layouts and buffers of every op are
+made when the step is bound to a cache, and a step calls 13 kernels a layer on them. The kernels
+are the ones the model's own forward reaches, on the same inputs, so the logits are the same bit
+for bit (tests/models/test_llama_decode_step.py checks it).
+
+It serves the plain case only, and the model's forward takes it only there: f32 activations,
+quantized weights (each projection one QTensor, no bias), a silu MLP, no per-head norm, a
+:class:`~candle_models.decoder.KVCache` of batch 1, no gradient to record, no observer, and a device
+with every kernel it calls. Anything else runs the model's forward as written.
+"""
+
+from __future__ import annotations
+
+import math
+
+import candle_api as c
+from candle_api import functional as F
+from candle_api import nn
+from candle_api.autograd.graph import is_grad_enabled
+from candle_api.dtype import f32, u8
+from candle_api.layout import Layout
+from candle_api.ops import dispatch
+
+#: The kernels a step calls (f32).
+KERNELS = ("rms_norm", "qmatmul_packed", "rope", "rope_i", "copy", "sdpa", "add", "silu_mul")
+
+
+def _projection(linear):
+    """(packed weight storage, its layout, ggml type id, rows) of a TransposedLinear that one packed
+    quantized product serves, else None."""
+    q = linear.quantized
+    if q is None or len(q) != 1 or linear.bias is not None or q[0]._packed is None:
+        return None
+    w = q[0]
+    return w._packed._storage, w._packed._layout, w._type.type_id, w.shape[0]
+
+
+def plan_for(model):
+    """The model's layers as DecodeStep needs them, or None where it does not serve this model."""
+    from .llama import LlamaAttention, LlamaDecoderLayer, LlamaMLP
+
+    layers = []
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        if (type(layer) is not LlamaDecoderLayer or type(attn) is not LlamaAttention or type(mlp) is not LlamaMLP
+                or attn.q_norm is not None or mlp.act is not F.silu
+                or type(layer.input_layernorm) is not nn.RmsNorm
+                or type(layer.post_attention_layernorm) is not nn.RmsNorm):
+            return None
+        projections = [_projection(p) for p in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)]
+        norms = [(n.weight, n.eps) for n in (layer.input_layernorm, layer.post_attention_layernorm)]
+        if None in projections or any(w is None or w._dtype is not f32 or e is None for w, e in norms):
+            return None
+        layers.append((norms, projections, attn.window, attn.scale))
+    head = _projection(model.lm_head)
+    norm = model.model.norm
+    if (head is None or type(norm) is not nn.RmsNorm or norm.weight is None or norm.weight._dtype is not f32
+            or norm.eps is None):
+        return None
+    return layers, head, (norm.weight, norm.eps)
+
+
+class DecodeStep:
+    """Decoding steps of ``model`` on ``cache`` (a KVCache of batch 1, f32): ``step(ids)`` gives the
+    last position's logits (1, 1, vocab) and advances the cache, as ``model(ids, cache, last_only=True)``
+    does. Bound to the cache's buffers: a cache that grows binds a new step."""
+
+    def __init__(self, model, cache, plan):
+        cfg = model.config
+        self.model, self.cache, (self.layers, self.head, self.final_norm) = model, cache, plan
+        self.keys, self.values = list(cache.keys), list(cache.values)
+        dev = self.dev = model.device
+        self.kern = {name: dev.kernels.get((name, f32)) for name in KERNELS}
+        h, kvh, d, hidden = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
+        self.h, self.kvh, self.d = h, kvh, d
+        self.rope = "rope_i" if cfg.rope_interleaved else "rope"
+        width = (h + 2 * kvh) * d
+        ffn = cfg.intermediate_size
+        self.lay_x = Layout.contig((1, 1, hidden))
+        self.lay_qkv, self.lay_gu, self.lay_f = (Layout.contig((1, 1, n)) for n in (width, 2 * ffn, ffn))
+        self.lay_att = Layout.contig((1, 1, h * d))
+        # Buffers reused by every layer: the residual stream (two, one written from the other), the
+        # normed input, q/k/v, the roped q and k, the attention's output, a projection's, gate/up, the gate.
+        nbytes = {"x0": hidden, "x1": hidden, "n": hidden, "qkv": width, "qk": (h + kvh) * d, "att": h * d,
+                  "y": hidden, "gu": 2 * ffn, "g": ffn}
+        self.buf = {k: dev.alloc(n * 4) for k, n in nbytes.items()}
+        heads = Layout.contig((1, 1, h + 2 * kvh, d)).transpose(1, 2)  # q/k/v's heads, (1, heads, 1, d)
+        self.lay_rope_in = heads.narrow(1, 0, h + kvh)
+        self.lay_qk = Layout.contig((1, h + kvh, 1, d))
+        self.lay_q = self.lay_qk.narrow(1, 0, h).reshape((1, kvh, h // kvh, d))  # grouped queries: plain attention
+        self.lay_k_new, self.lay_v_new = self.lay_qk.narrow(1, h, kvh), heads.narrow(1, h + kvh, kvh)
+
+    def usable(self, cache) -> bool:
+        """Still bound to ``cache``'s buffers (a cache that grew replaced them)."""
+        return cache is self.cache and cache.keys[0] is self.keys[0] and not dispatch.observer and not is_grad_enabled()
+
+    def __call__(self, ids) -> c.Tensor:
+        cache, k = self.cache, self.kern
+        pos = cache.length
+        end = pos + 1
+        if end > cache.shape[2]:
+            raise RuntimeError("DecodeStep: the cache is full (the model's forward grows it)")
+        x = self.model.embed(ids)
+        cos, sin = self.model.rotary.cos_sin(pos, 1)
+        slot = cache.keys[0]._layout.narrow(2, pos, 1)
+        span = {}  # the keys each window sees: a layout of the cache's buffers
+        xs, xl = x._storage, x._layout
+        b = self.buf
+        for i, (norms, (qkv, o, gu, down), window, scale) in enumerate(self.layers):
+            start = 0 if window is None or end <= window else end - window
+            lkv = span.get(start)
+            if lkv is None:
+                lkv = span[start] = cache.keys[i]._layout.narrow(2, start, end - start)
+            k["rms_norm"](b["n"], xs, xl, norms[0][0]._storage, norms[0][0]._layout, norms[0][1])
+            k["qmatmul_packed"](b["qkv"], b["n"], self.lay_x, qkv[0], qkv[1], qkv[2], qkv[3])
+            k[self.rope](b["qk"], b["qkv"], self.lay_rope_in, cos._storage, cos._layout, sin._storage, sin._layout)
+            keys, values = self.keys[i]._storage, self.values[i]._storage
+            k["copy"](keys, slot, b["qk"], self.lay_k_new)
+            k["copy"](values, slot, b["qkv"], self.lay_v_new)
+            sc = scale if scale is not None else 1.0 / math.sqrt(self.d)
+            k["sdpa"](b["att"], b["qk"], self.lay_q, keys, lkv, values, lkv, None, None, u8, False, sc)
+            k["qmatmul_packed"](b["y"], b["att"], self.lay_att, o[0], o[1], o[2], o[3])
+            x1 = b["x1"] if xs is not b["x1"] else b["x0"]
+            k["add"](x1, xs, xl, b["y"], self.lay_x)
+            k["rms_norm"](b["n"], x1, self.lay_x, norms[1][0]._storage, norms[1][0]._layout, norms[1][1])
+            k["qmatmul_packed"](b["gu"], b["n"], self.lay_x, gu[0], gu[1], gu[2], gu[3])
+            k["silu_mul"](b["g"], b["gu"], self.lay_gu)
+            k["qmatmul_packed"](b["y"], b["g"], self.lay_f, down[0], down[1], down[2], down[3])
+            xs = b["x0"] if x1 is b["x1"] else b["x1"]
+            k["add"](xs, x1, self.lay_x, b["y"], self.lay_x)
+            xl = self.lay_x
+        cache.advance(1)
+        w, eps = self.final_norm
+        k["rms_norm"](b["n"], xs, xl, w._storage, w._layout, eps)
+        head = self.head
+        out = self.dev.alloc(head[3] * 4)
+        k["qmatmul_packed"](out, b["n"], self.lay_x, head[0], head[1], head[2], head[3])
+        t = object.__new__(c.Tensor)
+        t._storage = out; t._layout = Layout.contig((1, 1, head[3])); t._dtype = f32; t._device = self.dev  # noqa: E702
+        t._node = None
+        return t
+
+
+def decode_step(model, cache):
+    """model's DecodeStep for ``cache``, bound (and kept on the model) when it serves them, else None."""
+    step = getattr(model, "_decode_step", None)
+    if step is not None and step.usable(cache):
+        return step
+    plan = getattr(model, "_decode_plan", False)
+    if plan is False:
+        plan = model.__dict__["_decode_plan"] = plan_for(model)
+    if (plan is None or type(cache).__name__ != "KVCache" or cache.shape[0] != 1 or cache.keys[0]._dtype is not f32
+            or dispatch.observer is not None or is_grad_enabled()):
+        return None
+    step = DecodeStep(model, cache, plan)
+    if any(v is None for v in step.kern.values()):
+        model.__dict__["_decode_plan"] = None
+        return None
+    model.__dict__["_decode_step"] = step
+    return step
