@@ -10,7 +10,7 @@ are the ones the model's own forward reaches, on the same inputs, so the logits 
 for bit (tests/models/test_llama_decode_step.py checks it).
 
 It serves the plain case only, and the model's forward takes it only there: f32 activations,
-quantized weights (each projection one QTensor, no bias), a silu MLP, no per-head norm, a
+quantized weights (no bias), a silu MLP, no per-head norm, a
 :class:`~candle_models.decoder.KVCache` of batch 1, no gradient to record, no observer, and a device
 with every kernel it calls. Anything else runs the model's forward as written.
 """
@@ -27,18 +27,48 @@ from candle_api.dtype import f32, u8
 from candle_api.layout import Layout
 from candle_api.ops import dispatch
 
-#: The kernels a step calls (f32).
-KERNELS = ("rms_norm", "qmatmul_packed", "rope", "rope_i", "copy", "sdpa", "add", "silu_mul")
+#: The kernels every step calls (f32), besides the rope's and the products'.
+KERNELS = ("rms_norm", "copy", "sdpa", "add", "silu_mul")
 
 
 def _projection(linear):
-    """(packed weight storage, its layout, ggml type id, rows) of a TransposedLinear that one packed
-    quantized product serves, else None."""
-    q = linear.quantized
-    if q is None or len(q) != 1 or linear.bias is not None or q[0]._packed is None:
+    """The parts of a TransposedLinear without bias on quantized weights, each (kernel, blocks storage,
+    their layout, ggml type id, rows): one part, or several of different types (a Q4_K_M file's q/k/v),
+    written side by side; else None."""
+    if linear.quantized is None or linear.bias is not None:
         return None
-    w = q[0]
-    return w._packed._storage, w._packed._layout, w._type.type_id, w.shape[0]
+    parts = []
+    for w in linear.quantized:
+        if w._packed is not None:
+            parts.append(("qmatmul_packed", w._packed._storage, w._packed._layout, w._type.type_id, w.shape[0]))
+        elif w._blocks is not None and w._type.name not in ("f32", "f16", "bf16"):
+            parts.append(("qmatmul", w._blocks._storage, w._blocks._layout, w._type.type_id, w.shape[0]))
+        else:
+            return None
+    return tuple(parts)
+
+
+def _bind_product(kern: dict, dev, parts: tuple, k: int):
+    """f(out, x): out (1, 1, n) = x (1, 1, k) @ W^T for the parts of a projection. Several parts go to
+    buffers of their own, then to their columns of out (the copy kernel)."""
+    lx = Layout.contig((1, 1, k))
+    if len(parts) == 1:
+        name, w, lw, qtype, n = parts[0]
+        fn = kern[name]
+        return lambda out, x: fn(out, x, lx, w, lw, qtype, n)
+    total = sum(p[4] for p in parts)
+    whole, copy, bound, start = Layout.contig((1, 1, total)), kern["copy"], [], 0
+    for name, w, lw, qtype, n in parts:
+        bound.append((kern[name], w, lw, qtype, n, dev.alloc(n * 4), whole.narrow(2, start, n),
+                      Layout.contig((1, 1, n))))
+        start += n
+
+    def product(out, x):
+        for fn, w, lw, qtype, n, tmp, dst, src in bound:
+            fn(tmp, x, lx, w, lw, qtype, n)
+            copy(out, dst, tmp, src)
+
+    return product
 
 
 def plan_for(model):
@@ -71,25 +101,26 @@ class DecodeStep:
     last position's logits (1, 1, vocab) and advances the cache, as ``model(ids, cache, last_only=True)``
     does. Bound to the cache's buffers: a cache that grows binds a new step."""
 
-    def __init__(self, model, cache, plan):
+    def __init__(self, model, cache, plan, kern: dict):
         cfg = model.config
         self.model, self.cache, (self.layers, self.head, self.final_norm) = model, cache, plan
         self.keys, self.values = list(cache.keys), list(cache.values)
         dev = self.dev = model.device
-        self.kern = {name: dev.kernels.get((name, f32)) for name in KERNELS}
+        self.kern, self.rope = kern, _rope_name(cfg)
         h, kvh, d, hidden = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
-        self.h, self.kvh, self.d = h, kvh, d
-        self.rope = "rope_i" if cfg.rope_interleaved else "rope"
+        self.d = d
         width = (h + 2 * kvh) * d
         ffn = cfg.intermediate_size
-        self.lay_x = Layout.contig((1, 1, hidden))
-        self.lay_qkv, self.lay_gu, self.lay_f = (Layout.contig((1, 1, n)) for n in (width, 2 * ffn, ffn))
-        self.lay_att = Layout.contig((1, 1, h * d))
+        self.lay_x, self.lay_gu = Layout.contig((1, 1, hidden)), Layout.contig((1, 1, 2 * ffn))
         # Buffers reused by every layer: the residual stream (two, one written from the other), the
         # normed input, q/k/v, the roped q and k, the attention's output, a projection's, gate/up, the gate.
         nbytes = {"x0": hidden, "x1": hidden, "n": hidden, "qkv": width, "qk": (h + kvh) * d, "att": h * d,
                   "y": hidden, "gu": 2 * ffn, "g": ffn}
         self.buf = {k: dev.alloc(n * 4) for k, n in nbytes.items()}
+        inputs = (hidden, h * d, hidden, ffn)  # what qkv, o, gate/up and down multiply
+        self.products = [[_bind_product(kern, dev, parts, n) for parts, n in zip(projections, inputs)]
+                         for _, projections, _, _ in self.layers]
+        self.head_product = _bind_product(kern, dev, self.head, hidden)
         heads = Layout.contig((1, 1, h + 2 * kvh, d)).transpose(1, 2)  # q/k/v's heads, (1, heads, 1, d)
         self.lay_rope_in = heads.narrow(1, 0, h + kvh)
         self.lay_qk = Layout.contig((1, h + kvh, 1, d))
@@ -112,37 +143,37 @@ class DecodeStep:
         span = {}  # the keys each window sees: a layout of the cache's buffers
         xs, xl = x._storage, x._layout
         b = self.buf
-        for i, (norms, (qkv, o, gu, down), window, scale) in enumerate(self.layers):
+        for i, ((norms, _, window, scale), (qkv, o, gu, down)) in enumerate(zip(self.layers, self.products)):
             start = 0 if window is None or end <= window else end - window
             lkv = span.get(start)
             if lkv is None:
                 lkv = span[start] = cache.keys[i]._layout.narrow(2, start, end - start)
             k["rms_norm"](b["n"], xs, xl, norms[0][0]._storage, norms[0][0]._layout, norms[0][1])
-            k["qmatmul_packed"](b["qkv"], b["n"], self.lay_x, qkv[0], qkv[1], qkv[2], qkv[3])
+            qkv(b["qkv"], b["n"])
             k[self.rope](b["qk"], b["qkv"], self.lay_rope_in, cos._storage, cos._layout, sin._storage, sin._layout)
             keys, values = self.keys[i]._storage, self.values[i]._storage
             k["copy"](keys, slot, b["qk"], self.lay_k_new)
             k["copy"](values, slot, b["qkv"], self.lay_v_new)
             sc = scale if scale is not None else 1.0 / math.sqrt(self.d)
             k["sdpa"](b["att"], b["qk"], self.lay_q, keys, lkv, values, lkv, None, None, u8, False, sc)
-            k["qmatmul_packed"](b["y"], b["att"], self.lay_att, o[0], o[1], o[2], o[3])
+            o(b["y"], b["att"])
             x1 = b["x1"] if xs is not b["x1"] else b["x0"]
             k["add"](x1, xs, xl, b["y"], self.lay_x)
             k["rms_norm"](b["n"], x1, self.lay_x, norms[1][0]._storage, norms[1][0]._layout, norms[1][1])
-            k["qmatmul_packed"](b["gu"], b["n"], self.lay_x, gu[0], gu[1], gu[2], gu[3])
+            gu(b["gu"], b["n"])
             k["silu_mul"](b["g"], b["gu"], self.lay_gu)
-            k["qmatmul_packed"](b["y"], b["g"], self.lay_f, down[0], down[1], down[2], down[3])
+            down(b["y"], b["g"])
             xs = b["x0"] if x1 is b["x1"] else b["x1"]
             k["add"](xs, x1, self.lay_x, b["y"], self.lay_x)
             xl = self.lay_x
         cache.advance(1)
         w, eps = self.final_norm
         k["rms_norm"](b["n"], xs, xl, w._storage, w._layout, eps)
-        head = self.head
-        out = self.dev.alloc(head[3] * 4)
-        k["qmatmul_packed"](out, b["n"], self.lay_x, head[0], head[1], head[2], head[3])
+        vocab = sum(p[4] for p in self.head)
+        out = self.dev.alloc(vocab * 4)
+        self.head_product(out, b["n"])
         t = object.__new__(c.Tensor)
-        t._storage = out; t._layout = Layout.contig((1, 1, head[3])); t._dtype = f32; t._device = self.dev  # noqa: E702
+        t._storage = out; t._layout = Layout.contig((1, 1, vocab)); t._dtype = f32; t._device = self.dev  # noqa: E702
         t._node = None
         return t
 
@@ -158,9 +189,23 @@ def decode_step(model, cache):
     if (plan is None or type(cache).__name__ != "KVCache" or cache.shape[0] != 1 or cache.keys[0]._dtype is not f32
             or dispatch.observer is not None or is_grad_enabled()):
         return None
-    step = DecodeStep(model, cache, plan)
-    if any(v is None for v in step.kern.values()):
+    kern = _kernels(model, plan)
+    if kern is None:
         model.__dict__["_decode_plan"] = None
         return None
-    model.__dict__["_decode_step"] = step
+    step = model.__dict__["_decode_step"] = DecodeStep(model, cache, plan, kern)
     return step
+
+
+def _rope_name(cfg) -> str:
+    return "rope_i" if cfg.rope_interleaved else "rope"
+
+
+def _kernels(model, plan) -> dict | None:
+    """The f32 kernels a step of this plan calls, by name, or None when the device lacks one."""
+    layers, head, _ = plan
+    names = {*KERNELS, _rope_name(model.config)}
+    names.update(part[0] for parts in [head] + [p for _, projections, _, _ in layers for p in projections]
+                 for part in parts)
+    kern = {name: model.device.kernels.get((name, f32)) for name in names}
+    return None if None in kern.values() else kern

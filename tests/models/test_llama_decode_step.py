@@ -55,3 +55,28 @@ def test_dequantized_weights_take_the_forward():
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
     assert ds.plan_for(LlamaForCausalLM.from_pretrained(path, dtype="f32")) is None
+
+
+def test_projections_of_mixed_types_are_bound_part_by_part():
+    """A Q4_K_M-like fused projection: q rows of a type without a packed layout (q8_1, the qmatmul
+    kernel), k/v rows packed (q8_0); the step writes each part's columns as the forward's cat does."""
+    from candle_api.quantized import QTensor
+    from candle_models import ModelNotFoundError, default_model
+    from candle_models.llama import LlamaForCausalLM
+
+    try:
+        model = LlamaForCausalLM.from_pretrained(default_model("generate"))
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+    for layer in model.model.layers[:2]:
+        proj = layer.self_attn.qkv_proj
+        w = proj.quantized[0].dequantize()
+        q_rows = model.config.num_attention_heads * model.config.head_dim
+        q = QTensor.quantize(w.narrow(0, 0, q_rows), "q8_1")
+        kv = QTensor.quantize(w.narrow(0, q_rows, w.shape[0] - q_rows), "q8_0")
+        kv.pack()
+        proj.quantized = [q, kv]
+    tokens = [1, 504, 3458, 282, 4649, 314, 253, 1345, 28, 2114]
+    with c.no_grad():
+        bound, forward = (_steps(model, tokens, 16, use) for use in (True, False))
+    assert np.array_equal(bound, forward)
