@@ -47,6 +47,26 @@ static int ATTEND_NAME(scores)(int64_t rows, int64_t bk, int64_t E, operand q, o
     return cd_ops.gemm(ATTEND_GEMM_DT, rows, bk, E, q.p, q.rs, q.cs, k.p, k.cs, k.rs, sc, BK);
 }
 
+/* acc (rows x Ev) += p (rows x bk, leading dim BK) @ v. A few rows of f32 (a decoding step's query heads)
+ * add the value rows, scaled, as they lie; the GEMM would first pack the value block into its panels,
+ * which costs more than the product at this size. */
+static int ATTEND_NAME(values)(int64_t rows, int64_t bk, int64_t Ev, const T *p, operand v, T *pv, T *acc) {
+    if (ATTEND_DOT_ROWS && rows <= 4 && v.cs == 1) {
+        for (int64_t j = 0; j < bk; j++) {
+            const T *vrow = (const T *)v.p + j * v.rs;
+            for (int64_t r = 0; r < rows; r++) {
+                const T w = p[r * BK + j];
+                T *arow = acc + r * Ev;
+                for (int64_t e = 0; e < Ev; e++) arow[e] += w * vrow[e];
+            }
+        }
+        return 0;
+    }
+    if (cd_ops.gemm(ATTEND_GEMM_DT, rows, Ev, bk, p, BK, 1, v.p, v.rs, v.cs, pv, Ev)) return -1;
+    for (int64_t e = 0; e < rows * Ev; e++) acc[e] += pv[e];
+    return 0;
+}
+
 /* Rows [i0, i0 + rows) of batch entry bi. ws holds the block buffers. */
 static int ATTEND_NAME(attend)(const sdpa_ctx *c, int64_t bi, int64_t i0, int64_t rows, T *ws) {
     const int64_t E = c->E, Ev = c->Ev;
@@ -84,8 +104,7 @@ static int ATTEND_NAME(attend)(const sdpa_ctx *c, int64_t bi, int64_t i0, int64_
                 for (int64_t e = 0; e < Ev; e++) arow[e] *= alpha;
         }
         const operand v = block(c, V, off[V], s0, bk, Ev, kv_buf);
-        if (cd_ops.gemm(ATTEND_GEMM_DT, rows, Ev, bk, sc, BK, 1, v.p, v.rs, v.cs, pv, Ev)) return -1;
-        for (int64_t e = 0; e < rows * Ev; e++) acc[e] += pv[e];
+        if (ATTEND_NAME(values)(rows, bk, Ev, sc, v, pv, acc)) return -1;
     }
     const int isz = cd_dtype_size(c->dtype);
     for (int64_t r = 0; r < rows; r++) {
