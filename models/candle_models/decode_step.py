@@ -27,6 +27,8 @@ from candle_api.dtype import f32, u8
 from candle_api.layout import Layout
 from candle_api.ops import dispatch
 
+from .decoder import KVCache
+
 #: The kernels every step calls (f32), besides the rope's and the products'.
 KERNELS = ("rms_norm", "copy", "sdpa", "add", "silu_mul")
 
@@ -87,7 +89,8 @@ def plan_for(model):
         norms = [(n.weight, n.eps) for n in (layer.input_layernorm, layer.post_attention_layernorm)]
         if None in projections or any(w is None or w._dtype is not f32 or e is None for w, e in norms):
             return None
-        layers.append((norms, projections, attn.window, attn.scale))
+        scale = attn.scale if attn.scale is not None else 1.0 / math.sqrt(attn.head_dim)
+        layers.append((norms, projections, attn.window, scale))
     head = _projection(model.lm_head)
     norm = model.model.norm
     if (head is None or type(norm) is not nn.RmsNorm or norm.weight is None or norm.weight._dtype is not f32
@@ -108,7 +111,6 @@ class DecodeStep:
         dev = self.dev = model.device
         self.kern, self.rope = kern, _rope_name(cfg)
         h, kvh, d, hidden = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
-        self.d = d
         width = (h + 2 * kvh) * d
         ffn = cfg.intermediate_size
         self.lay_x, self.lay_gu = Layout.contig((1, 1, hidden)), Layout.contig((1, 1, 2 * ffn))
@@ -126,10 +128,6 @@ class DecodeStep:
         self.lay_qk = Layout.contig((1, h + kvh, 1, d))
         self.lay_q = self.lay_qk.narrow(1, 0, h).reshape((1, kvh, h // kvh, d))  # grouped queries: plain attention
         self.lay_k_new, self.lay_v_new = self.lay_qk.narrow(1, h, kvh), heads.narrow(1, h + kvh, kvh)
-
-    def usable(self, cache) -> bool:
-        """Still bound to ``cache``'s buffers (a cache that grew replaced them)."""
-        return cache is self.cache and cache.keys[0] is self.keys[0] and not dispatch.observer and not is_grad_enabled()
 
     def __call__(self, ids) -> c.Tensor:
         cache, k = self.cache, self.kern
@@ -154,8 +152,7 @@ class DecodeStep:
             keys, values = self.keys[i]._storage, self.values[i]._storage
             k["copy"](keys, slot, b["qk"], self.lay_k_new)
             k["copy"](values, slot, b["qkv"], self.lay_v_new)
-            sc = scale if scale is not None else 1.0 / math.sqrt(self.d)
-            k["sdpa"](b["att"], b["qk"], self.lay_q, keys, lkv, values, lkv, None, None, u8, False, sc)
+            k["sdpa"](b["att"], b["qk"], self.lay_q, keys, lkv, values, lkv, None, None, u8, False, scale)
             o(b["y"], b["att"])
             x1 = b["x1"] if xs is not b["x1"] else b["x0"]
             k["add"](x1, xs, xl, b["y"], self.lay_x)
@@ -179,21 +176,21 @@ class DecodeStep:
 
 
 def decode_step(model, cache):
-    """model's DecodeStep for ``cache``, bound (and kept on the model) when it serves them, else None."""
-    step = getattr(model, "_decode_step", None)
-    if step is not None and step.usable(cache):
-        return step
-    plan = getattr(model, "_decode_plan", False)
-    if plan is False:
-        plan = model.__dict__["_decode_plan"] = plan_for(model)
-    if (plan is None or type(cache).__name__ != "KVCache" or cache.shape[0] != 1 or cache.keys[0]._dtype is not f32
-            or dispatch.observer is not None or is_grad_enabled()):
+    """model's DecodeStep for ``cache`` when it serves them, else None. The step (or None) is bound once
+    per cache and its buffers (the model keeps it), so that weights replaced between generations are
+    seen; ``model.bound_decoding = False`` turns it off (the forward's ops, as a reference)."""
+    if not getattr(model, "bound_decoding", True) or dispatch.observer is not None or is_grad_enabled():
         return None
-    kern = _kernels(model, plan)
-    if kern is None:
-        model.__dict__["_decode_plan"] = None
-        return None
-    step = model.__dict__["_decode_step"] = DecodeStep(model, cache, plan, kern)
+    bound = model.__dict__.get("_decode_step")
+    if bound is not None and bound[0] is cache and bound[1] is cache.keys[0]:
+        return bound[2]
+    step = None
+    if type(cache) is KVCache and cache.shape[0] == 1 and cache.keys[0]._dtype is f32:
+        plan = plan_for(model)
+        kern = _kernels(model, plan) if plan is not None else None
+        if kern is not None:
+            step = DecodeStep(model, cache, plan, kern)
+    model.__dict__["_decode_step"] = (cache, cache.keys[0], step)
     return step
 
 

@@ -328,6 +328,9 @@ class LlamaForCausalLM(DecoderLM):
     config_class = LlamaConfig
     layer_class = LlamaDecoderLayer
     norm_class = nn.RmsNorm
+    #: One-token steps of one sequence run as a bound step (candle_models.decode_step) where it serves the
+    #: model; False runs the forward's ops (the same logits, bit for bit).
+    bound_decoding = True
 
     def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, progress=None):
         super().__init__()

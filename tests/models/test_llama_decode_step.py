@@ -11,18 +11,16 @@ from candle_models import decode_step as ds
 
 def _steps(model, tokens, capacity, use_step: bool) -> np.ndarray:
     """Logits of a prompt's last position and of each decoding step, with the step bound or not."""
-    model.__dict__.pop("_decode_step", None)
-    model.__dict__["_decode_plan"] = ds.plan_for(model) if use_step else None
+    model.bound_decoding = use_step
     try:
         cache = model.new_cache(capacity=capacity)
         out = [model([tokens[:5]], cache, last_only=True).numpy()]
         for t in tokens[5:]:
             out.append(model([[t]], cache, last_only=True).numpy())
-        assert (getattr(model, "_decode_step", None) is not None) == use_step
+        assert (ds.decode_step(model, cache) is not None) == use_step
         return np.concatenate(out)
     finally:
-        model.__dict__.pop("_decode_step", None)
-        model.__dict__.pop("_decode_plan", None)
+        model.bound_decoding = True
 
 
 def test_bound_step_gives_the_forwards_logits_bit_for_bit(smollm2_chat):
@@ -42,7 +40,6 @@ def test_the_step_serves_only_the_plain_case(smollm2_chat):
         batch = model.new_cache(batch=2, capacity=8)
         assert ds.decode_step(model, batch) is None  # batch 2: the forward's
     assert ds.decode_step(model, model.new_cache(capacity=8)) is None  # gradients on: the forward's
-    model.__dict__.pop("_decode_plan", None)
 
 
 def test_dequantized_weights_take_the_forward():
