@@ -5,7 +5,7 @@
  *                         functions: attend_float...
  *   ATTEND_GEMM_DT        its dtype code for the GEMM (CD_f32, CD_f64)
  *   ATTEND_EXP_ROW(x, n)  x[j] = exp(x[j]) for j < n, in place
- *   ATTEND_DOT_ROWS       1 when T is float: few query rows take cd_ops.dot_rows_f32
+ *   ATTEND_DOT_ROWS       1 when T is float: few query rows take cd_ops.dot_rows_f32 and axpy_rows_f32
  *
  * and what attention.c defines before it: sdpa_ctx, operand, block(),
  * batch_offsets(), BQ and BK. */
@@ -48,18 +48,11 @@ static int ATTEND_NAME(scores)(int64_t rows, int64_t bk, int64_t E, operand q, o
 }
 
 /* acc (rows x Ev) += p (rows x bk, leading dim BK) @ v. A few rows of f32 (a decoding step's query heads)
- * add the value rows, scaled, as they lie; the GEMM would first pack the value block into its panels,
- * which costs more than the product at this size. */
+ * add the value rows, scaled, as they lie (cd_ops.axpy_rows_f32); the GEMM would first pack the value
+ * block into its panels, which costs more than the product at this size. */
 static int ATTEND_NAME(values)(int64_t rows, int64_t bk, int64_t Ev, const T *p, operand v, T *pv, T *acc) {
     if (ATTEND_DOT_ROWS && rows <= 4 && v.cs == 1) {
-        for (int64_t j = 0; j < bk; j++) {
-            const T *vrow = (const T *)v.p + j * v.rs;
-            for (int64_t r = 0; r < rows; r++) {
-                const T w = p[r * BK + j];
-                T *arow = acc + r * Ev;
-                for (int64_t e = 0; e < Ev; e++) arow[e] += w * vrow[e];
-            }
-        }
+        cd_ops.axpy_rows_f32((const float *)p, BK, rows, bk, v.p, v.rs, Ev, (float *)acc);
         return 0;
     }
     if (cd_ops.gemm(ATTEND_GEMM_DT, rows, Ev, bk, p, BK, 1, v.p, v.rs, v.cs, pv, Ev)) return -1;
