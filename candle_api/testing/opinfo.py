@@ -751,6 +751,7 @@ def _attention_samples(rng, dtype, layout):
         Sample(qkv(3, 4, 4, 3, heads=2, kv_heads=2), {"is_causal": True}),
         Sample(qkv(70, 300, 16, 12), {"is_causal": True}),
         Sample(qkv(2, 300, 16, 12)),  # a few rows (a decoding step's) over several key blocks
+        Sample(qkv(3, 300, 64, 83)),  # and at a head size that fills whole vectors (then a tail of each kind)
         Sample(qkv(70, 300, 16, 12) + [Index(keep)]),
         Sample(qkv(5, 7, 8, 6) + [values(rng, dtype, (3, 1, 7), -2, 2)], {"scale": 0.3}),
         Sample(qkv(1, 9, 8, 8, heads=4, kv_heads=2), {"enable_gqa": True}),

@@ -19,6 +19,7 @@ from candle_api import nn
 from candle_api.quantized import QTensor
 
 from .batch_cache import BatchKVCache
+from .decode_step import decode_step
 from .decoder import DecoderLM, KVCache, attention_mask, finish
 from .rope import ROPE_TYPES, RotaryEmbedding
 
@@ -327,6 +328,9 @@ class LlamaForCausalLM(DecoderLM):
     config_class = LlamaConfig
     layer_class = LlamaDecoderLayer
     norm_class = nn.RmsNorm
+    #: One-token steps of one sequence run as a bound step (candle_models.decode_step) where it serves the
+    #: model; False runs the forward's ops (the same logits, bit for bit).
+    bound_decoding = True
 
     def __init__(self, config: LlamaConfig, vb: nn.VarBuilder, progress=None):
         super().__init__()
@@ -362,6 +366,10 @@ class LlamaForCausalLM(DecoderLM):
         :class:`BatchKVCache` the ids are (batch, 1), one token for each of
         its sequences, each at its own position."""
         ids, positions = self.start(input_ids, cache)
+        if positions.length == 1 and type(cache) is KVCache and cache.length < cache.shape[2] and ids.shape[0] == 1:
+            step = decode_step(self, cache)  # one token: the kernels bound once, when they serve this model
+            if step is not None:
+                return step(ids)
         x = self.embed(ids)
         masks = {}  # the attention masks this forward needs, one per window, shared by the layers
         for i, (layer, (cos, sin)) in enumerate(zip(self.model.layers, self._rope_tables(positions))):

@@ -71,6 +71,10 @@ typedef struct {
     void (*dot_rows_f32)(const float *w, int nw, const float *x, int64_t m, int64_t k, float *y, int64_t ldy);
     /* NULL: the recurrent layers' portable cell loops (templates/rnn_cell.h). */
     void (*lstm_step_f32)(const cd_lstm_step *step);
+    /* acc[i * n + e] += sum_j p[i * ldp + j] * v[j * ldv + e] for the m <= 4 rows of p and the n contiguous
+     * floats of the k rows of v (a decoding step's attention weights times its value rows). */
+    void (*axpy_rows_f32)(const float *p, int64_t ldp, int64_t m, int64_t k, const float *v, int64_t ldv,
+                          int64_t n, float *acc);
     /* A row of k activations quantized to blocks of act_type (q8_0, q8_1 or q8_K) at `blocks`, bit for bit
      * as the type's reference quantizer; the 32-value types also get the tables before the blocks
      * (kernels/quant.h). */

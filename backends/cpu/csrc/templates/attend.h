@@ -5,7 +5,7 @@
  *                         functions: attend_float...
  *   ATTEND_GEMM_DT        its dtype code for the GEMM (CD_f32, CD_f64)
  *   ATTEND_EXP_ROW(x, n)  x[j] = exp(x[j]) for j < n, in place
- *   ATTEND_DOT_ROWS       1 when T is float: few query rows take cd_ops.dot_rows_f32
+ *   ATTEND_DOT_ROWS       1 when T is float: few query rows take cd_ops.dot_rows_f32 and axpy_rows_f32
  *
  * and what attention.c defines before it: sdpa_ctx, operand, block(),
  * batch_offsets(), BQ and BK. */
@@ -47,6 +47,19 @@ static int ATTEND_NAME(scores)(int64_t rows, int64_t bk, int64_t E, operand q, o
     return cd_ops.gemm(ATTEND_GEMM_DT, rows, bk, E, q.p, q.rs, q.cs, k.p, k.cs, k.rs, sc, BK);
 }
 
+/* acc (rows x Ev) += p (rows x bk, leading dim BK) @ v. A few rows of f32 (a decoding step's query heads)
+ * add the value rows, scaled, as they lie (cd_ops.axpy_rows_f32); the GEMM would first pack the value
+ * block into its panels, which costs more than the product at this size. */
+static int ATTEND_NAME(values)(int64_t rows, int64_t bk, int64_t Ev, const T *p, operand v, T *pv, T *acc) {
+    if (ATTEND_DOT_ROWS && rows <= 4 && v.cs == 1) {
+        cd_ops.axpy_rows_f32((const float *)p, BK, rows, bk, v.p, v.rs, Ev, (float *)acc);
+        return 0;
+    }
+    if (cd_ops.gemm(ATTEND_GEMM_DT, rows, Ev, bk, p, BK, 1, v.p, v.rs, v.cs, pv, Ev)) return -1;
+    for (int64_t e = 0; e < rows * Ev; e++) acc[e] += pv[e];
+    return 0;
+}
+
 /* Rows [i0, i0 + rows) of batch entry bi. ws holds the block buffers. */
 static int ATTEND_NAME(attend)(const sdpa_ctx *c, int64_t bi, int64_t i0, int64_t rows, T *ws) {
     const int64_t E = c->E, Ev = c->Ev;
@@ -84,8 +97,7 @@ static int ATTEND_NAME(attend)(const sdpa_ctx *c, int64_t bi, int64_t i0, int64_
                 for (int64_t e = 0; e < Ev; e++) arow[e] *= alpha;
         }
         const operand v = block(c, V, off[V], s0, bk, Ev, kv_buf);
-        if (cd_ops.gemm(ATTEND_GEMM_DT, rows, Ev, bk, sc, BK, 1, v.p, v.rs, v.cs, pv, Ev)) return -1;
-        for (int64_t e = 0; e < rows * Ev; e++) acc[e] += pv[e];
+        if (ATTEND_NAME(values)(rows, bk, Ev, sc, v, pv, acc)) return -1;
     }
     const int isz = cd_dtype_size(c->dtype);
     for (int64_t r = 0; r < rows; r++) {

@@ -23,13 +23,9 @@
 
 #define QP_INLINE static inline __attribute__((always_inline))
 
-/* How far ahead (bytes) a group's stream is prefetched: a model's matrices are short streams. */
-#ifndef QP_PREFETCH
-#define QP_PREFETCH 1024
-#endif
-#ifndef QP_LOCALITY
-#define QP_LOCALITY 0
-#endif
+/* No software prefetch: the groups lie end to end, one sequential stream that the hardware prefetcher
+ * follows. A prefetchnta 1 KiB ahead of each tile cost 15-25% of the streaming speed of 64 MiB of Q4_0
+ * and Q8_0 on Zen 4 (AVX-512 and AVX2 paths alike), and no loss was measured on SmolLM2's decoding steps. */
 
 /* 16 levels as a byte table for qp_shuffle (signed; + 128 for unsigned products with VNNI). */
 QP_INLINE qp_i qp_levels_table(const int8_t levels[16]) {
@@ -111,7 +107,6 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
     }
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * t.tile;
-        for (int o = 0; o < t.tile; o += 64) if (QP_PREFETCH) __builtin_prefetch(tile + QP_PREFETCH + o, 0, QP_LOCALITY);
         qp_i acc[4][2];
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
         for (int s = 0; s < 4; s++) {
@@ -184,8 +179,6 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
     qp_kscales ks;
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * tile_bytes;
-        for (int o = 0; o < tile_bytes; o += 64)
-            if (QP_PREFETCH) __builtin_prefetch(tile + QP_PREFETCH + o, 0, QP_LOCALITY);
         if (q4k)
             q4k_scales(tile + 64, &ks);
         else

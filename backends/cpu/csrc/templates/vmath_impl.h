@@ -481,6 +481,36 @@ static void lstm_step_f32(const cd_lstm_step *st) {
         for (int64_t j = 0; j < st->n; j += VW) lstm_cells(st, r * st->ldp, r * st->ld, j, CD_MIN(VW, st->n - j), 0);
 }
 
+/* acc (m x n) += p (m x k, rows ldp apart) @ v (k x n, rows ldv apart): each row's columns in registers, 4
+ * vectors at a time, across all k; the tail of n one vector at a time, then scalar. */
+static void axpy_rows_f32(const float *p, int64_t ldp, int64_t m, int64_t k, const float *v, int64_t ldv, int64_t n,
+                          float *acc) {
+    for (int64_t i = 0; i < m; i++) {
+        const float *pi = p + i * ldp;
+        float *ai = acc + i * n;
+        int64_t e = 0;
+        for (; e + 4 * VW <= n; e += 4 * VW) {
+            vf a0 = vload(ai + e), a1 = vload(ai + e + VW), a2 = vload(ai + e + 2 * VW), a3 = vload(ai + e + 3 * VW);
+            for (int64_t j = 0; j < k; j++) {
+                const float *vj = v + j * ldv + e;
+                const vf w = vset1(pi[j]);
+                a0 = vfma(w, vload(vj), a0);
+                a1 = vfma(w, vload(vj + VW), a1);
+                a2 = vfma(w, vload(vj + 2 * VW), a2);
+                a3 = vfma(w, vload(vj + 3 * VW), a3);
+            }
+            vstore(ai + e, a0), vstore(ai + e + VW, a1), vstore(ai + e + 2 * VW, a2), vstore(ai + e + 3 * VW, a3);
+        }
+        for (; e + VW <= n; e += VW) {
+            vf a = vload(ai + e);
+            for (int64_t j = 0; j < k; j++) a = vfma(vset1(pi[j]), vload(v + j * ldv + e), a);
+            vstore(ai + e, a);
+        }
+        for (; e < n; e++)
+            for (int64_t j = 0; j < k; j++) ai[e] += pi[j] * v[j * ldv + e];
+    }
+}
+
 void VMATH_FILL(cd_isa_ops *ops) {
     ops->unary_f32[CD_UNARY_exp] = map_exp;
     ops->unary_f32[CD_UNARY_log] = map_log;
@@ -504,4 +534,5 @@ void VMATH_FILL(cd_isa_ops *ops) {
     ops->extreme_f32 = extreme_f32;
     ops->dot_rows_f32 = dot_rows_f32;
     ops->lstm_step_f32 = lstm_step_f32;
+    ops->axpy_rows_f32 = axpy_rows_f32;
 }

@@ -78,6 +78,13 @@ static void dot_rows_f32(const float *w, int nw, const float *x, int64_t m, int6
         }
 }
 
+static void axpy_rows_f32(const float *p, int64_t ldp, int64_t m, int64_t k, const float *v, int64_t ldv, int64_t n,
+                          float *acc) {
+    for (int64_t j = 0; j < k; j++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t e = 0; e < n; e++) acc[i * n + e] += p[i * ldp + j] * v[j * ldv + e];
+}
+
 void cd_isa_fill_generic(cd_isa_ops *ops) {
     *ops = (cd_isa_ops){.gemm = cd_gemm_generic,
                         .panels = &cd_gemm_generic_panels,
@@ -89,7 +96,8 @@ void cd_isa_fill_generic(cd_isa_ops *ops) {
                         .norm_row = norm_row,
                         .sum_f32 = sum_f32,
                         .extreme_f32 = extreme_f32,
-                        .dot_rows_f32 = dot_rows_f32};
+                        .dot_rows_f32 = dot_rows_f32,
+                        .axpy_rows_f32 = axpy_rows_f32};
     cd_qdot_generic(ops);
     cd_panels_generic(ops);
 }
