@@ -299,6 +299,10 @@ static cd_dw_geom dw_geometry(const panels_conv_ctx *c) {
                         c->xs[2], c->xs[3]};
 }
 
+/* Scratch floats a depthwise task keeps on its stack (a plane of up to about 60 x 60): planes
+ * are small, and an allocation per task cost as much as a 5 x 80 plane's sums. */
+#define DW_STACK_FLOATS 4096
+
 /* Task t: one plane (or, for small planes, DW_BLOCK of them). */
 static int depthwise_task(void *vctx, int64_t begin, int64_t end) {
     const panels_conv_ctx *c = vctx;
@@ -306,8 +310,9 @@ static int depthwise_task(void *vctx, int64_t begin, int64_t end) {
     const cd_dw_geom g = dw_geometry(c);
     const int64_t N = q->oh * q->ow, K = q->kh * q->kw, blocks = (q->cout + DW_BLOCK - 1) / DW_BLOCK;
     const int small = N < SMALL_PLANE;
-    float *scratch = cd_scratch((small ? cd_ops.dw_block_scratch_f32(&g) : cd_ops.dw_scratch_f32(&g)) *
-                                (int64_t)sizeof(float));
+    const int64_t floats = small ? cd_ops.dw_block_scratch_f32(&g) : cd_ops.dw_scratch_f32(&g);
+    float stack[DW_STACK_FLOATS] __attribute__((aligned(64)));
+    float *scratch = floats <= DW_STACK_FLOATS ? stack : cd_scratch(floats * (int64_t)sizeof(float));
     if (!scratch) return -1;
     for (int64_t t = begin; t < end; t++) {
         const int64_t b = small ? t / blocks : t / q->cout, ch = small ? t % blocks * DW_BLOCK : t % q->cout;
@@ -324,7 +329,7 @@ static int depthwise_task(void *vctx, int64_t begin, int64_t end) {
         if (has_epilogue(&c->act) || c->res)
             cd_ops.epilogue_f32(out, 1, planes * N, 0, c->res ? c->res + first * N : NULL, &c->act);
     }
-    cd_scratch_free(scratch);
+    if (scratch != stack) cd_scratch_free(scratch);
     return 0;
 }
 
@@ -394,7 +399,9 @@ int cd_conv2d_panels(int32_t dtype, const int64_t *p, const int64_t *lay, const 
     if (q.b == 0 || q.cout == 0 || N == 0) return 0;
     if (cin_g == 1 && cout_g == 1) {
         const int64_t units = N < SMALL_PLANE ? (q.cout + DW_BLOCK - 1) / DW_BLOCK : q.cout;
-        return cd_parallel_for(q.b * units, 1, depthwise_task, &c);
+        /* several small planes a task: a task's start is not free either */
+        return cd_parallel_for(q.b * units, CD_MAX(1, 2048 / (N * (N < SMALL_PLANE ? DW_BLOCK : 1))),
+                               depthwise_task, &c);
     }
     const int64_t panels_g = (cout_g + CD_PANEL - 1) / CD_PANEL;
     c.panel_groups = (panels_g + PANELS_PER_TASK - 1) / PANELS_PER_TASK;
