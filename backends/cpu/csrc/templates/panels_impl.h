@@ -32,8 +32,12 @@ static void PANELS_NAME(dw_phases)(const cd_dw_geom *g, const float *x, float *p
         float *row = ph + (sy + g->ph) * pstride;
         for (int64_t r = 0; r < sw; r++) { /* padded column t * sw + r is input column t * sw + r - pw */
             float *phase = row + r * rows * pstride;
-            int64_t t = g->pw > r ? (g->pw - r + sw - 1) / sw : 0;
-            for (int64_t sx = t * sw + r - g->pw; sx < g->w; t++, sx += sw) phase[t] = src[sx * g->xs_w];
+            int64_t t = g->pw > r ? (g->pw - r + sw - 1) / sw : 0, sx = t * sw + r - g->pw;
+            if (sw == 2 && g->xs_w == 1) { /* a constant stride: the compiler vectorizes the gather */
+                for (int64_t k = 0; k < (g->w - sx + 1) / 2; k++) phase[t + k] = src[sx + 2 * k];
+                continue;
+            }
+            for (; sx < g->w; t++, sx += sw) phase[t] = src[sx * g->xs_w];
         }
     }
 }
@@ -204,40 +208,59 @@ static int64_t PANELS_NAME(dw_block_scratch)(const cd_dw_geom *g) {
 
 /* Up to DW_LANES small planes at once, vectors along the channels: the planes
  * go zero-padded into a channels-last buffer (lane l = plane l), the taps
- * beside them, and each output pixel of all the planes is one run of
- * multiply-adds. Plane l is x + l * xs_c, its taps taps + l * ch_step (tap t
- * at t * tap_step), its output out + l * oh * ow. */
+ * beside them (or read in place where they already lie so: a panel of
+ * cd_pack_panels holds sixteen channels' taps side by side), and the output
+ * pixels of all the planes are runs of multiply-adds, DW_PIXELS pixels at a
+ * time (independent sums: one alone waits on each multiply-add). Plane l is
+ * x + l * xs_c, its taps taps + l * ch_step (tap t at t * tap_step), its
+ * output out + l * oh * ow. */
+#define DW_PIXELS 4
 static void PANELS_NAME(dw_block)(const cd_dw_geom *g, const float *x, int64_t xs_c, int64_t planes,
                                   const float *taps, int64_t ch_step, int64_t tap_step, const float *bias,
                                   float *out, float *scratch) {
     typedef PANELS_NAME(dw_vec) vec;
     const int64_t pw_ = g->w + 2 * g->pw, ph_ = g->h + 2 * g->ph, ntaps = g->kh * g->kw, n = g->oh * g->ow;
-    float *pad = scratch, *w = scratch + ph_ * pw_ * DW_LANES;
+    float *pad = scratch;
+    const float *w = taps;
     memset(pad, 0, (size_t)(ph_ * pw_ * DW_LANES) * sizeof(float));
-    memset(w, 0, (size_t)(ntaps * DW_LANES) * sizeof(float));
+    if (ch_step != 1 || tap_step != DW_LANES) {
+        float *wl = scratch + ph_ * pw_ * DW_LANES;
+        memset(wl, 0, (size_t)(ntaps * DW_LANES) * sizeof(float));
+        for (int64_t l = 0; l < planes; l++)
+            for (int64_t t = 0; t < ntaps; t++) wl[t * DW_LANES + l] = taps[l * ch_step + t * tap_step];
+        w = wl;
+    }
     vec init = (vec){0};
     for (int64_t l = 0; l < planes; l++) {
         const float *plane = x + l * xs_c;
         for (int64_t y = 0; y < g->h; y++)
             for (int64_t xx = 0; xx < g->w; xx++)
                 pad[((y + g->ph) * pw_ + xx + g->pw) * DW_LANES + l] = plane[y * g->xs_h + xx * g->xs_w];
-        for (int64_t t = 0; t < ntaps; t++) w[t * DW_LANES + l] = taps[l * ch_step + t * tap_step];
         if (bias) init[l] = bias[l];
     }
-    for (int64_t oy = 0; oy < g->oh; oy++)
-        for (int64_t ox = 0; ox < g->ow; ox++) {
-            vec acc = init;
-            for (int64_t i = 0; i < g->kh; i++) {
-                const float *row = pad + ((oy * g->sh + i * g->dh) * pw_ + ox * g->sw) * DW_LANES;
-                for (int64_t j = 0; j < g->kw; j++) {
-                    vec v, wv;
-                    memcpy(&v, row + j * g->dw * DW_LANES, sizeof v);
-                    memcpy(&wv, w + (i * g->kw + j) * DW_LANES, sizeof wv);
-                    acc += wv * v;
+    for (int64_t p0 = 0; p0 < n; p0 += DW_PIXELS) {
+        const float *at[DW_PIXELS];
+        vec acc[DW_PIXELS];
+        for (int k = 0; k < DW_PIXELS; k++) { /* past the last pixel: the last again, not stored */
+            const int64_t p = CD_MIN(p0 + k, n - 1), oy = p / g->ow, ox = p % g->ow;
+            at[k] = pad + (oy * g->sh * pw_ + ox * g->sw) * DW_LANES;
+            acc[k] = init;
+        }
+        for (int64_t i = 0; i < g->kh; i++)
+            for (int64_t j = 0; j < g->kw; j++) {
+                const int64_t o = (i * g->dh * pw_ + j * g->dw) * DW_LANES;
+                vec wv;
+                memcpy(&wv, w + (i * g->kw + j) * DW_LANES, sizeof wv);
+#pragma GCC unroll 4
+                for (int k = 0; k < DW_PIXELS; k++) {
+                    vec v;
+                    memcpy(&v, at[k] + o, sizeof v);
+                    acc[k] += wv * v;
                 }
             }
-            for (int64_t l = 0; l < planes; l++) out[l * n + oy * g->ow + ox] = acc[l];
-        }
+        for (int k = 0; k < DW_PIXELS && p0 + k < n; k++)
+            for (int64_t l = 0; l < planes; l++) out[l * n + p0 + k] = acc[k][l];
+    }
 }
 
 /* The epilogue's passes over a rows x n block (row stride ld): one loop nest
