@@ -199,6 +199,10 @@ ROWS: tuple = tuple([
     KernelRow("layer_norm", "fused", "k(out, x, lx, w, lw, b, lb, eps)", FLOATS, False,
               "mean, variance and rsqrt from reductions and elementwise ops",
               notes="over the last dim; w and b 1-d contiguous; b and lb may be None"),
+    KernelRow("skip_layer_norm", "fused", "k(out, x, lx, r, lr, w, lw, b, lb, eps)", FLOATS, False,
+              "an add, then layer_norm", since=3,
+              notes="layer_norm(x + r) over the last dim in one pass (a transformer's residual and its norm: "
+                    "onnxruntime's SkipLayerNormalization); r contiguous, x's shape; w, b as layer_norm's"),
     KernelRow("rms_norm", "fused", "k(out, x, lx, w, lw, eps)", FLOATS, False, "x * rsqrt(mean(x^2) + eps) * w"),
     *_rows("fused", "k(out, x, lx, cos, lcos, sin, lsin)", FLOATS, "rope rope_i", required=False,
            without="halves (rope) or pairs (rope_i) rotated with mul, sub, add and cat",

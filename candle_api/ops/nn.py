@@ -1,5 +1,5 @@
-"""Neural-network ops with fused kernels: softmax, log_softmax, layer_norm,
-rms_norm and rotary embeddings. A device without the fused kernel runs the
+"""Neural-network ops with fused kernels: softmax, log_softmax, layer_norm
+(and skip_layer_norm, of x + a residual), rms_norm and rotary embeddings. A device without the fused kernel runs the
 decomposition into primitive ops instead, on the same device."""
 
 from __future__ import annotations
@@ -83,6 +83,32 @@ def layer_norm(x: Tensor, weight: Tensor, bias=None, eps: float = 1e-5) -> Tenso
     x2, w, b = _norm_params("layer_norm", x, weight, bias)
     out = apply(LAYER_NORM, x2, w, b, eps=float(eps))
     return out if x2 is x else out.reshape(x.shape)
+
+
+def skip_layer_norm(x: Tensor, residual: Tensor, weight: Tensor, bias=None, eps: float = 1e-5) -> Tensor:
+    """layer_norm(x + residual) in one pass over the rows (residual of x's shape)."""
+    x2, w, b = _norm_params("skip_layer_norm", x, weight, bias)
+    check_tensor("skip_layer_norm", residual, "residual")
+    same_dtype("skip_layer_norm", x, residual)
+    same_device("skip_layer_norm", x, residual)
+    if residual.shape != x.shape:
+        raise ShapeError(f"skip_layer_norm: the residual {residual.shape} must have the input's shape {x.shape}")
+    r2 = contiguous(residual).reshape(x2.shape)
+    out = apply(SKIP_LAYER_NORM, x2, r2, w, b, eps=float(eps))
+    return out if x2 is x else out.reshape(x.shape)
+
+
+def _skip_layer_norm_prepare(x, r, w, b, eps):
+    lay = x._layout
+    return lay.shape, x._dtype, (x._storage, lay, r._storage, r._layout, w._storage, w._layout,
+                                 b._storage if b is not None else None, b._layout if b is not None else None, eps)
+
+
+def _skip_layer_norm_backward(inputs, out, g, eps):
+    """layer_norm's gradients at x + r; x and r get the same one."""
+    x, r, w, b = inputs
+    gx, gw, gb = _layer_norm_backward((x + r, w, b), out, g, eps)
+    return gx, gx, gw, gb
 
 
 def _layer_norm_prepare(x, w, b, eps):
@@ -258,6 +284,9 @@ LOG_SOFTMAX_LAST = define(OpDef("log_softmax_last", prepare=_rows_prepare,
                                 decompose=lambda x: log_softmax_decomposed(x, -1)))
 LAYER_NORM = define(OpDef("layer_norm", prepare=_layer_norm_prepare, backward=_layer_norm_backward,
                           decompose=_layer_norm_decomposed))
+SKIP_LAYER_NORM = define(OpDef("skip_layer_norm", prepare=_skip_layer_norm_prepare,
+                               backward=_skip_layer_norm_backward,
+                               decompose=lambda x, r, w, b, eps: _layer_norm_decomposed(x + r, w, b, eps)))
 RMS_NORM = define(OpDef("rms_norm", prepare=_rms_norm_prepare, backward=_rms_norm_backward,
                         decompose=lambda x, w, eps: x * (x.sqr().mean_keepdim(-1) + eps).rsqrt() * w))
 ROPE = define(OpDef("rope", prepare=_rope_prepare, backward=_rope_backward(False),

@@ -60,6 +60,10 @@ def layer_norm(x, w, b, eps):
     return (x - mean) / np.sqrt(var + eps) * w + b
 
 
+def skip_layer_norm(x, r, w, b, eps):
+    return layer_norm(x + r, w, b, eps)
+
+
 def silu_mul(x):
     f = x.shape[-1] // 2
     gate = x[..., :f]

@@ -123,6 +123,53 @@ def test_written_out_layer_norm():
     check(_model(nodes, {"x": 3}, "out", inits, opset=18), {"x": randn(3, 4, 16)}, ["LayerNormalization"])
 
 
+def _layer_norm_ref(x, g, b, eps):
+    x = x.astype(np.float64)
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * g + b
+
+
+@pytest.mark.parametrize("order", ["x+y", "y+x"])
+def test_residual_add_layer_norm_is_one_skip_layer_norm(order):
+    inits = {"g": randn(16), "b": randn(16)}
+    a, b = order.split("+")
+    nodes = [helper.make_node("Add", [a, b], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["out"], axis=-1, epsilon=1e-5)]
+    data = _model(nodes, {"x": 3, "y": 3}, "out", inits)
+    feeds = {"x": randn(2, 5, 16), "y": randn(2, 5, 16)}
+    assert [s.node.op_type for s in _session(data, GraphOptimizationLevel.ORT_DISABLE_ALL).model.plan.steps] == \
+        ["Add", "LayerNormalization"]  # level 0: no fusion
+    got = check(data, feeds, ["SkipLayerNormalization"])
+    np.testing.assert_allclose(got, _layer_norm_ref(feeds["x"] + feeds["y"], inits["g"], inits["b"], 1e-5),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("order", ["x+c", "c+x"])
+def test_bias_add_then_written_out_layer_norm(order):
+    # the written-out norm becomes one LayerNormalization first, then the Add of a broadcast constant joins it
+    inits = {"two": np.float32(2), "eps": np.float32(1e-6), "g": randn(16), "b": randn(16), "c": randn(16),
+             "axes": np.array([-1], np.int64)}
+    nodes = [helper.make_node("Add", order.split("+"), ["x1"]),
+             helper.make_node("ReduceMean", ["x1", "axes"], ["mu"]), helper.make_node("Sub", ["x1", "mu"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq", "axes"], ["var"]),
+             helper.make_node("Add", ["var", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["n"]), helper.make_node("Mul", ["n", "g"], ["ng"]),
+             helper.make_node("Add", ["ng", "b"], ["out"])]
+    feeds = {"x": randn(3, 4, 16)}
+    got = check(_model(nodes, {"x": 3}, "out", inits, opset=18), feeds, ["SkipLayerNormalization"])
+    np.testing.assert_allclose(got, _layer_norm_ref(feeds["x"] + inits["c"], inits["g"], inits["b"], 1e-6),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_sum_read_elsewhere_stays_an_add():
+    inits = {"g": randn(16), "b": randn(16)}
+    nodes = [helper.make_node("Add", ["x", "y"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["n"], axis=-1),
+             helper.make_node("Add", ["n", "s"], ["out"])]  # a pre-norm block reads the sum again
+    check(_model(nodes, {"x": 3, "y": 3}, "out", inits), {"x": randn(2, 3, 16), "y": randn(2, 3, 16)},
+          ["Add", "LayerNormalization", "Add"])
+
+
 @pytest.mark.parametrize("masked", [False, True])
 def test_attention_written_out(masked):
     inits = {"s": np.float32(np.sqrt(8))}

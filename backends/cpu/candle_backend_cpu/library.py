@@ -17,7 +17,7 @@ from candle_api.dtype import NUMERIC_DTYPES
 from candle_api.errors import BackendUnavailableError, IndexOutOfRangeError, KernelError
 
 LIB_NAME = "libcandle_cpu.so"
-ABI_VERSION = 6
+ABI_VERSION = 7
 #: Set to load another build of the library (a sanitizer build in CI, say).
 ENV_OVERRIDE = "CANDLE_CPU_LIB"
 
@@ -64,7 +64,8 @@ SIGNATURES = {
     "cd_pool2d_backward": (c_int, [c_int32, c_int32, c_char_p, c_char_p, c_void_p, c_void_p, c_void_p]),
     "cd_upsample2d": (c_int, [c_int32, c_int32, c_char_p, c_char_p, c_void_p, c_void_p]),
     "cd_softmax_last": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_int32]),
-    "cd_norm_last": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_int32]),
+    "cd_norm_last": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_double,
+                             c_int32]),
     "cd_rope": (c_int, [c_int32, c_char_p, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_int32]),
     "cd_silu_mul": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p]),
     "cd_sdpa": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_void_p, c_double]),

@@ -21,6 +21,9 @@ before they run, done to the planned steps of a graph.
 - LayerNormalization written out (ReduceMean, Sub, Pow, ReduceMean, Add,
   Sqrt, Div, Mul, Add over the last dim) becomes one (com.microsoft's, which
   any opset has) LayerNormalization.
+- An Add read only by a LayerNormalization over the last dim (a residual and
+  its norm) becomes one com.microsoft SkipLayerNormalization: the sum is made
+  in the norm's pass over each row (nn.skip_layer_norm), never stored.
 
 The fused ops are in ops_fused.py. A rewrite only ever removes values that
 nothing else reads (no other node, no subgraph, no graph output), so every
@@ -517,10 +520,28 @@ def fuse_layer_norm(g: Graph, step) -> bool:
     return True
 
 
+def fuse_skip_layer_norm(g: Graph, step) -> bool:
+    """Add(a, b) read only by a last-axis LayerNormalization (one output, 1-d constant scale and
+    bias): one com.microsoft SkipLayerNormalization, whose kernel adds in the norm's own pass."""
+    if not is_op(step, "Add") or len(step.inputs) != 2:
+        return False
+    norm = g.sole_reader(step.outputs[0])
+    if norm is None or not (is_op(norm, "LayerNormalization") or is_op(norm, "LayerNormalization", MS_DOMAIN)):
+        return False
+    if norm.inputs[0] != step.outputs[0] or len(norm.outputs) != 1 or norm.node.get("axis", -1) != -1:
+        return False
+    params = [name for name in norm.inputs[1:3] if name]
+    if not all(g.const(name) is not None and g.const(name).ndim == 1 for name in params):
+        return False
+    g.rewrite([step, norm], "SkipLayerNormalization", MS_DOMAIN, list(step.inputs) + params,
+              {"epsilon": float(norm.node.get("epsilon", 1e-5))})
+    return True
+
+
 #: onnxruntime's basic level: rewrites that only fold constants into a node
 BASIC_RULES = (fold_conv_affine,)
 #: every rewrite, in the order they are tried on each step
-RULES = (fold_conv_affine, fuse_layer_norm, fuse_attention, fuse_conv, fuse_conv_transpose, fuse_conv_affine_after,
+RULES = (fold_conv_affine, fuse_layer_norm, fuse_skip_layer_norm, fuse_attention, fuse_conv, fuse_conv_transpose, fuse_conv_affine_after,
          fuse_linear, fuse_gelu)
 
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import candle_api as c
+from candle_api.ops import nn as fused
 
 from .ops_attention import merge_heads, split_heads
 from .ops_norm import layer_norm, rms_norm
@@ -87,7 +90,13 @@ def _skip_sum(x, skip, bias):
 
 @ms("SkipLayerNormalization", defaults={"epsilon": 1e-12})
 def skip_layer_normalization(node, x, skip, gamma, beta=None, bias=None):
-    """(LayerNorm(x + skip + bias), mean, inv_std, x + skip + bias)."""
+    """(LayerNorm(x + skip + bias), mean, inv_std, x + skip + bias); the norm alone, when it is the
+    only output (what fusion.fuse_skip_layer_norm writes), in one pass: nn.skip_layer_norm."""
+    if node.n_outputs == 1 and x.dtype.is_float and gamma.rank == 1 and (beta is None or beta.rank == 1):
+        r = skip if bias is None else skip + bias
+        shape = np.broadcast_shapes(x.shape, r.shape)  # a fused Add may broadcast either side
+        x, r = (v if v.shape == shape else v.broadcast_as(shape) for v in (x, r))
+        return fused.skip_layer_norm(x, r, gamma, beta, node["epsilon"])
     s = _skip_sum(x, skip, bias)
     y, mean, inv = layer_norm(s, gamma, beta, s.rank - 1, node["epsilon"], node.n_outputs)
     return y, mean, inv, s

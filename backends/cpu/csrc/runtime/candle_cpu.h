@@ -25,7 +25,7 @@ extern "C" {
 
 /* Bumped whenever a signature below changes; the Python side refuses a library
  * whose version differs from the one it was written for. */
-#define CD_ABI_VERSION 6
+#define CD_ABI_VERSION 7
 
 /* Most dimensions an op accepts (the Python core enforces the same limit). */
 #define CD_MAX_DIMS 32
@@ -213,8 +213,9 @@ CD_API int cd_upsample2d(int32_t dtype, int32_t mode, const int64_t *p, const in
 /* Row kernels work on the last dim: lay = [ndim, shape, x strides]; out contiguous. */
 CD_API int cd_softmax_last(int32_t dtype, const int64_t *lay, const void *x, void *out, int32_t log);
 /* w and b are contiguous vectors of the last dim (b may be NULL). rms = 1 gives
- * rms_norm (no mean removal, b ignored). */
-CD_API int cd_norm_last(int32_t dtype, const int64_t *lay, const void *x, const void *w,
+ * rms_norm (no mean removal, b ignored). res (may be NULL): contiguous rows of
+ * x's shape added to x before the norm (skip_layer_norm). */
+CD_API int cd_norm_last(int32_t dtype, const int64_t *lay, const void *x, const void *res, const void *w,
                         const void *b, void *out, double eps, int32_t rms);
 /* x is (b, h, t, d) strided (lay = 4 strides); cos and sin contiguous (t, d/2) or
  * (b, t, d/2) when per_batch; interleaved pairs (x[2i], x[2i+1]) or halves. */
