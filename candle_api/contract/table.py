@@ -211,6 +211,9 @@ ROWS: tuple = tuple([
     KernelRow("silu_mul", "fused", "k(out, x, lx)", FLOATS, False, "silu of one narrow times the other", since=3,
               notes="x (..., 2f) -> out (..., f) = silu(x[..., :f]) * x[..., f:]: SwiGLU's gate on the gate and "
                     "up projections of one product"),
+    KernelRow("bias_gelu", "fused", "k(out, x, lx, b, lb, approximate)", FLOATS, False, "an add, then gelu",
+              since=3, notes="gelu(x + b), b (x's last dim) added to every row; approximate: the tanh form "
+                             "(onnxruntime's FastGelu), else the erf form (BiasGelu); x and b contiguous"),
     KernelRow("sdpa", "fused", "k(out, q, lq, k, lk, v, lv, mask, lmask, mask_dtype, causal, scale)", FLOATS,
               False, "matmul, softmax and where: the whole score matrix at once",
               notes="lq (batch..., L, E), lk (batch..., S, E), lv (batch..., S, Ev), batch dims broadcast; mask "

@@ -1,5 +1,6 @@
 """Neural-network ops with fused kernels: softmax, log_softmax, layer_norm
-(and skip_layer_norm, of x + a residual), rms_norm and rotary embeddings. A device without the fused kernel runs the
+(and skip_layer_norm, of x + a residual), rms_norm, rotary embeddings and
+bias_gelu. A device without the fused kernel runs the
 decomposition into primitive ops instead, on the same device."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from ..layout import normalize_dim
 from ..tensor import Tensor
 from .core import check_tensor, require_float, same_device, same_dtype
 from .dispatch import OpDef, apply, apply_checked, apply_unary, define
+from .elementwise import _gelu_erf_grad, _gelu_tanh_grad
 from .shape import cat, contiguous, stack
 
 
@@ -193,6 +195,31 @@ def _silu_mul_backward(inputs, out, g):
     return (cat([g * up * s * (gate * (1 - s) + 1), g * gate * s], -1),)
 
 
+def bias_gelu(x: Tensor, bias: Tensor, approximate: bool = False) -> Tensor:
+    """gelu(x + bias) for bias of x's last dim, in one pass over each row: the erf form, or the tanh
+    approximation when approximate (onnxruntime's BiasGelu and FastGelu)."""
+    check_tensor("bias_gelu", x)
+    check_tensor("bias_gelu", bias, "bias")
+    require_float("bias_gelu", x)
+    same_dtype("bias_gelu", x, bias)
+    same_device("bias_gelu", x, bias)
+    if x.rank == 0 or bias.shape != (x.shape[-1],):
+        raise ShapeError(f"bias_gelu: the bias must be ({x.shape[-1] if x.rank else '?'},): one value per entry of "
+                         f"the input's last dim, got {bias.shape} for {x.shape}")
+    return apply(BIAS_GELU, contiguous(x), contiguous(bias), approximate=bool(approximate))
+
+
+def _bias_gelu_decomposed(x, b, approximate):
+    return (x + b).gelu() if approximate else (x + b).gelu_erf()
+
+
+def _bias_gelu_backward(inputs, out, g, approximate):
+    """The gelu's gradient at x + b; b's is its sum over the rows."""
+    x, b = inputs
+    gx = (_gelu_tanh_grad if approximate else _gelu_erf_grad)(x + b, None, g)
+    return gx, gx.sum(tuple(range(x.rank - 1))) if x.rank > 1 else gx
+
+
 def _rope_args(op: str, x: Tensor, cos: Tensor, sin: Tensor):
     for t, name in ((x, "input"), (cos, "cos"), (sin, "sin")):
         check_tensor(op, t, name)
@@ -293,6 +320,9 @@ ROPE = define(OpDef("rope", prepare=_rope_prepare, backward=_rope_backward(False
                     decompose=lambda x, cos, sin: _rope_decomposed(x, cos, sin, False)))
 ROPE_I = define(OpDef("rope_i", prepare=_rope_prepare, backward=_rope_backward(True),
                       decompose=lambda x, cos, sin: _rope_decomposed(x, cos, sin, True)))
+BIAS_GELU = define(OpDef("bias_gelu", prepare=lambda x, b, approximate: (x.shape, x._dtype, (
+    x._storage, x._layout, b._storage, b._layout, approximate)), backward=_bias_gelu_backward,
+    decompose=_bias_gelu_decomposed))
 SILU_MUL = define(OpDef("silu_mul", prepare=lambda x: (x.shape[:-1] + (x.shape[-1] // 2,), x._dtype,
                                                        (x._storage, x._layout)),
                         backward=_silu_mul_backward, decompose=_silu_mul_decomposed))

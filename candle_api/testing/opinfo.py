@@ -722,6 +722,17 @@ def _skip_norm_samples(rng, dtype, layout):
 
 op("skip_layer_norm", lambda x, r, w, b: nn_ops.skip_layer_norm(x, r, w, b, 1e-5),
    lambda x, r, w, b: R.skip_layer_norm(x, r, w, b, 1e-5), FLOATS, _skip_norm_samples, NONSCALAR, tol_scale=8)
+
+
+def _bias_samples(rng, dtype, layout):
+    x = values(rng, dtype, shape_for(layout, (3, 4, 8)), -3, 3)
+    return [Sample([x, values(rng, dtype, (8,), -1, 1)])]
+
+
+for _approx in (False, True):
+    op("bias_gelu" + ("_tanh" if _approx else ""), lambda x, b, a=_approx: nn_ops.bias_gelu(x, b, a),
+       lambda x, b, a=_approx: R.bias_gelu(x, b, a), FLOATS, _bias_samples, NONSCALAR, tol_scale=8,
+       kernel="bias_gelu")
 op("rms_norm", lambda x, w, b: F.rms_norm(x, w, 1e-6), lambda x, w, b: R.rms_norm(x, w, 1e-6), FLOATS,
    _norm_samples, NONSCALAR, tol_scale=8)
 

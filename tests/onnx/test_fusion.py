@@ -5,6 +5,8 @@ of non-overlapping blocks) and Resize's whole-number nearest upsampling."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -159,6 +161,38 @@ def test_bias_add_then_written_out_layer_norm(order):
     got = check(_model(nodes, {"x": 3}, "out", inits, opset=18), feeds, ["SkipLayerNormalization"])
     np.testing.assert_allclose(got, _layer_norm_ref(feeds["x"] + inits["c"], inits["g"], inits["b"], 1e-6),
                                rtol=1e-5, atol=1e-5)
+
+
+def _erf_gelu(u):
+    return 0.5 * u * (1 + np.vectorize(math.erf)(u / math.sqrt(2)))
+
+
+def test_bias_then_gelu_written_out_is_one_bias_gelu():
+    # x @ y has no constant weight (no Linear): the written-out GELU becomes Gelu, then joins the bias Add
+    inits = {"c": randn(16), "half": np.float32(0.5), "one": np.float32(1), "r2": np.float32(np.sqrt(2))}
+    nodes = [helper.make_node("MatMul", ["x", "y"], ["m"]), helper.make_node("Add", ["c", "m"], ["h"]),
+             helper.make_node("Div", ["h", "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["h", "e1"], ["p"]),
+             helper.make_node("Mul", ["p", "half"], ["out"])]
+    feeds = {"x": randn(2, 5, 8), "y": randn(2, 8, 16)}
+    got = check(_model(nodes, {"x": 3, "y": 3}, "out", inits), feeds, ["MatMul", "BiasGelu"])
+    np.testing.assert_allclose(got, _erf_gelu(feeds["x"].astype(np.float64) @ feeds["y"] + inits["c"]),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_bias_add_then_gelu_op(approximate):
+    inits = {"c": randn(16)}
+    nodes = [helper.make_node("Add", ["x", "c"], ["h"]), helper.make_node("Gelu", ["h"], ["out"],
+                                                                          approximate=approximate)]
+    data = _model(nodes, {"x": 3}, "out", inits, opset=20)
+    assert [s.node.op_type for s in _session(data, GraphOptimizationLevel.ORT_DISABLE_ALL).model.plan.steps] == \
+        ["Add", "Gelu"]  # level 0: no fusion
+    feeds = {"x": randn(3, 4, 16)}
+    got = check(data, feeds, ["FastGelu" if approximate == "tanh" else "BiasGelu"])
+    u = feeds["x"].astype(np.float64) + inits["c"]
+    tanh = 0.5 * u * (1 + np.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u ** 3)))
+    np.testing.assert_allclose(got, tanh if approximate == "tanh" else _erf_gelu(u), rtol=1e-5, atol=1e-5)
 
 
 def test_a_sum_read_elsewhere_stays_an_add():

@@ -68,6 +68,7 @@ SIGNATURES = {
                              c_int32]),
     "cd_rope": (c_int, [c_int32, c_char_p, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_int32]),
     "cd_silu_mul": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p]),
+    "cd_bias_gelu": (c_int, [c_int32, c_int64, c_int64, c_void_p, c_void_p, c_void_p, c_int32]),
     "cd_sdpa": (c_int, [c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int32, c_void_p, c_double]),
     "cd_rnn": (c_int, [c_int32, c_int32, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
                         c_void_p, c_void_p, c_void_p, c_void_p, c_double]),

@@ -14,7 +14,9 @@ before they run, done to the planned steps of a graph.
   FusedConvTranspose (ai.candle's).
 - A MatMul by a constant 2-d weight followed by the Add of a bias and an
   activation (GELU written out with Erf included) becomes one ai.candle
-  Linear; a GELU written out elsewhere becomes com.microsoft Gelu.
+  Linear; a GELU written out elsewhere becomes com.microsoft Gelu, and after
+  the Add of a constant bias along the last dim, one BiasGelu (FastGelu for
+  the tanh form) on the bias_gelu kernel.
 - Attention written out as MatMul(Q, K^T), a scale (Div or Mul), an additive
   mask and Softmax, then MatMul by V, becomes one ai.candle
   ScaledDotProductAttention.
@@ -538,11 +540,28 @@ def fuse_skip_layer_norm(g: Graph, step) -> bool:
     return True
 
 
+def fuse_bias_gelu(g: Graph, step) -> bool:
+    """Add of a constant bias along the last dim read only by a GELU (com.microsoft's, or the
+    default domain's of opset 20): one com.microsoft BiasGelu, or FastGelu for the tanh form."""
+    if not is_op(step, "Add") or len(step.inputs) != 2:
+        return False
+    gelu = g.sole_reader(step.outputs[0])
+    if gelu is None or not (is_op(gelu, "Gelu") or is_op(gelu, "Gelu", MS_DOMAIN)):
+        return False
+    approximate = gelu.node.get("approximate", "none")
+    biases = [name for name in step.inputs if g.const(name) is not None and g.const(name).ndim == 1]
+    if not biases or approximate not in ("none", "tanh"):
+        return False
+    x = _other(step, biases[0])
+    g.rewrite([step, gelu], "FastGelu" if approximate == "tanh" else "BiasGelu", MS_DOMAIN, [x, biases[0]], {})
+    return True
+
+
 #: onnxruntime's basic level: rewrites that only fold constants into a node
 BASIC_RULES = (fold_conv_affine,)
 #: every rewrite, in the order they are tried on each step
-RULES = (fold_conv_affine, fuse_layer_norm, fuse_skip_layer_norm, fuse_attention, fuse_conv, fuse_conv_transpose, fuse_conv_affine_after,
-         fuse_linear, fuse_gelu)
+RULES = (fold_conv_affine, fuse_layer_norm, fuse_skip_layer_norm, fuse_attention, fuse_conv, fuse_conv_transpose,
+         fuse_conv_affine_after, fuse_linear, fuse_gelu, fuse_bias_gelu)
 
 
 def fuse(g: Graph, rules=RULES) -> list:

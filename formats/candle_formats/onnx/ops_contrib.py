@@ -33,15 +33,22 @@ def gelu(node, x):
     return x.gelu_erf()
 
 
+def _bias_gelu(x, bias, approximate: bool):
+    """gelu(x + bias): one pass of the bias_gelu kernel when the bias runs along x's last dim."""
+    if x.dtype.is_float and x.rank and bias.dtype == x.dtype and bias.shape in ((x.shape[-1],), (1, x.shape[-1])):
+        return fused.bias_gelu(x, bias.reshape(x.shape[-1]), approximate)
+    return (x + bias).gelu() if approximate else (x + bias).gelu_erf()
+
+
 @ms("BiasGelu")
 def bias_gelu(node, x, bias):
-    return (x + bias).gelu_erf()
+    return _bias_gelu(x, bias, False)
 
 
 @ms("FastGelu")
 def fast_gelu(node, x, bias=None):
     """The tanh approximation of GELU."""
-    return (x if bias is None else x + bias).gelu()
+    return x.gelu() if bias is None else _bias_gelu(x, bias, True)
 
 
 @ms("QuickGelu", defaults={"alpha": 1.702})

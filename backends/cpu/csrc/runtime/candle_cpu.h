@@ -225,6 +225,10 @@ CD_API int cd_rope(int32_t dtype, const int64_t *shape, const int64_t *lay, cons
 /* out (rows x f) = silu(x[:, :f]) * x[:, f:] for x (rows x 2f), both contiguous: SwiGLU's gate and up
  * halves of one product; float dtypes (f16 and bf16 computed in f32). */
 CD_API int cd_silu_mul(int32_t dtype, int64_t rows, int64_t f, const void *x, void *out);
+/* out (rows x n) = gelu(x + b) with b (n) added to every row, x and b contiguous; tanh = 1:
+ * the tanh approximation (FastGelu), else the erf form (BiasGelu). */
+CD_API int cd_bias_gelu(int32_t dtype, int64_t rows, int64_t n, const void *x, const void *b, void *out,
+                        int32_t tanh);
 /* Fused optimizer steps, in place over n contiguous elements of dtype (f32,
  * f64). AdamW: hp = [lr, beta1, beta2, eps, weight_decay, 1 - beta1^t,
  * 1 - beta2^t]. SGD: hp = [lr, weight_decay, momentum, dampening]; m is the
