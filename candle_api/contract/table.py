@@ -199,6 +199,10 @@ ROWS: tuple = tuple([
     KernelRow("layer_norm", "fused", "k(out, x, lx, w, lw, b, lb, eps)", FLOATS, False,
               "mean, variance and rsqrt from reductions and elementwise ops",
               notes="over the last dim; w and b 1-d contiguous; b and lb may be None"),
+    KernelRow("skip_layer_norm", "fused", "k(out, x, lx, r, lr, w, lw, b, lb, eps)", FLOATS, False,
+              "an add, then layer_norm", since=3,
+              notes="layer_norm(x + r) over the last dim in one pass (a transformer's residual and its norm: "
+                    "onnxruntime's SkipLayerNormalization); r contiguous, x's shape; w, b as layer_norm's"),
     KernelRow("rms_norm", "fused", "k(out, x, lx, w, lw, eps)", FLOATS, False, "x * rsqrt(mean(x^2) + eps) * w"),
     *_rows("fused", "k(out, x, lx, cos, lcos, sin, lsin)", FLOATS, "rope rope_i", required=False,
            without="halves (rope) or pairs (rope_i) rotated with mul, sub, add and cat",
@@ -207,6 +211,9 @@ ROWS: tuple = tuple([
     KernelRow("silu_mul", "fused", "k(out, x, lx)", FLOATS, False, "silu of one narrow times the other", since=3,
               notes="x (..., 2f) -> out (..., f) = silu(x[..., :f]) * x[..., f:]: SwiGLU's gate on the gate and "
                     "up projections of one product"),
+    KernelRow("bias_gelu", "fused", "k(out, x, lx, b, lb, approximate)", FLOATS, False, "an add, then gelu",
+              since=3, notes="gelu(x + b), b (x's last dim) added to every row; approximate: the tanh form "
+                             "(onnxruntime's FastGelu), else the erf form (BiasGelu); x and b contiguous"),
     KernelRow("sdpa", "fused", "k(out, q, lq, k, lk, v, lv, mask, lmask, mask_dtype, causal, scale)", FLOATS,
               False, "matmul, softmax and where: the whole score matrix at once",
               notes="lq (batch..., L, E), lk (batch..., S, E), lv (batch..., S, Ev), batch dims broadcast; mask "

@@ -1,5 +1,6 @@
-"""Neural-network ops with fused kernels: softmax, log_softmax, layer_norm,
-rms_norm and rotary embeddings. A device without the fused kernel runs the
+"""Neural-network ops with fused kernels: softmax, log_softmax, layer_norm
+(and skip_layer_norm, of x + a residual), rms_norm, rotary embeddings and
+bias_gelu. A device without the fused kernel runs the
 decomposition into primitive ops instead, on the same device."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from ..layout import normalize_dim
 from ..tensor import Tensor
 from .core import check_tensor, require_float, same_device, same_dtype
 from .dispatch import OpDef, apply, apply_checked, apply_unary, define
+from .elementwise import _gelu_erf_grad, _gelu_tanh_grad
 from .shape import cat, contiguous, stack
 
 
@@ -83,6 +85,32 @@ def layer_norm(x: Tensor, weight: Tensor, bias=None, eps: float = 1e-5) -> Tenso
     x2, w, b = _norm_params("layer_norm", x, weight, bias)
     out = apply(LAYER_NORM, x2, w, b, eps=float(eps))
     return out if x2 is x else out.reshape(x.shape)
+
+
+def skip_layer_norm(x: Tensor, residual: Tensor, weight: Tensor, bias=None, eps: float = 1e-5) -> Tensor:
+    """layer_norm(x + residual) in one pass over the rows (residual of x's shape)."""
+    x2, w, b = _norm_params("skip_layer_norm", x, weight, bias)
+    check_tensor("skip_layer_norm", residual, "residual")
+    same_dtype("skip_layer_norm", x, residual)
+    same_device("skip_layer_norm", x, residual)
+    if residual.shape != x.shape:
+        raise ShapeError(f"skip_layer_norm: the residual {residual.shape} must have the input's shape {x.shape}")
+    r2 = contiguous(residual).reshape(x2.shape)
+    out = apply(SKIP_LAYER_NORM, x2, r2, w, b, eps=float(eps))
+    return out if x2 is x else out.reshape(x.shape)
+
+
+def _skip_layer_norm_prepare(x, r, w, b, eps):
+    lay = x._layout
+    return lay.shape, x._dtype, (x._storage, lay, r._storage, r._layout, w._storage, w._layout,
+                                 b._storage if b is not None else None, b._layout if b is not None else None, eps)
+
+
+def _skip_layer_norm_backward(inputs, out, g, eps):
+    """layer_norm's gradients at x + r; x and r get the same one."""
+    x, r, w, b = inputs
+    gx, gw, gb = _layer_norm_backward((x + r, w, b), out, g, eps)
+    return gx, gx, gw, gb
 
 
 def _layer_norm_prepare(x, w, b, eps):
@@ -165,6 +193,31 @@ def _silu_mul_backward(inputs, out, g):
     gate, up = _silu_mul_halves(inputs[0])
     s = gate.sigmoid()
     return (cat([g * up * s * (gate * (1 - s) + 1), g * gate * s], -1),)
+
+
+def bias_gelu(x: Tensor, bias: Tensor, approximate: bool = False) -> Tensor:
+    """gelu(x + bias) for bias of x's last dim, in one pass over each row: the erf form, or the tanh
+    approximation when approximate (onnxruntime's BiasGelu and FastGelu)."""
+    check_tensor("bias_gelu", x)
+    check_tensor("bias_gelu", bias, "bias")
+    require_float("bias_gelu", x)
+    same_dtype("bias_gelu", x, bias)
+    same_device("bias_gelu", x, bias)
+    if x.rank == 0 or bias.shape != (x.shape[-1],):
+        raise ShapeError(f"bias_gelu: the bias must be ({x.shape[-1] if x.rank else '?'},): one value per entry of "
+                         f"the input's last dim, got {bias.shape} for {x.shape}")
+    return apply(BIAS_GELU, contiguous(x), contiguous(bias), approximate=bool(approximate))
+
+
+def _bias_gelu_decomposed(x, b, approximate):
+    return (x + b).gelu() if approximate else (x + b).gelu_erf()
+
+
+def _bias_gelu_backward(inputs, out, g, approximate):
+    """The gelu's gradient at x + b; b's is its sum over the rows."""
+    x, b = inputs
+    gx = (_gelu_tanh_grad if approximate else _gelu_erf_grad)(x + b, None, g)
+    return gx, gx.sum(tuple(range(x.rank - 1))) if x.rank > 1 else gx
 
 
 def _rope_args(op: str, x: Tensor, cos: Tensor, sin: Tensor):
@@ -258,12 +311,18 @@ LOG_SOFTMAX_LAST = define(OpDef("log_softmax_last", prepare=_rows_prepare,
                                 decompose=lambda x: log_softmax_decomposed(x, -1)))
 LAYER_NORM = define(OpDef("layer_norm", prepare=_layer_norm_prepare, backward=_layer_norm_backward,
                           decompose=_layer_norm_decomposed))
+SKIP_LAYER_NORM = define(OpDef("skip_layer_norm", prepare=_skip_layer_norm_prepare,
+                               backward=_skip_layer_norm_backward,
+                               decompose=lambda x, r, w, b, eps: _layer_norm_decomposed(x + r, w, b, eps)))
 RMS_NORM = define(OpDef("rms_norm", prepare=_rms_norm_prepare, backward=_rms_norm_backward,
                         decompose=lambda x, w, eps: x * (x.sqr().mean_keepdim(-1) + eps).rsqrt() * w))
 ROPE = define(OpDef("rope", prepare=_rope_prepare, backward=_rope_backward(False),
                     decompose=lambda x, cos, sin: _rope_decomposed(x, cos, sin, False)))
 ROPE_I = define(OpDef("rope_i", prepare=_rope_prepare, backward=_rope_backward(True),
                       decompose=lambda x, cos, sin: _rope_decomposed(x, cos, sin, True)))
+BIAS_GELU = define(OpDef("bias_gelu", prepare=lambda x, b, approximate: (x.shape, x._dtype, (
+    x._storage, x._layout, b._storage, b._layout, approximate)), backward=_bias_gelu_backward,
+    decompose=_bias_gelu_decomposed))
 SILU_MUL = define(OpDef("silu_mul", prepare=lambda x: (x.shape[:-1] + (x.shape[-1] // 2,), x._dtype,
                                                        (x._storage, x._layout)),
                         backward=_silu_mul_backward, decompose=_silu_mul_decomposed))

@@ -77,7 +77,7 @@ def activate(x: Tensor, act: str, alpha: float = 0.0, beta: float = 0.0) -> Tens
     if act == "hard_sigmoid":
         return (x * alpha + beta).clamp(0.0, 1.0)
     if act == "hard_swish":
-        return x * (x / 6.0 + 0.5).clamp(0.0, 1.0)
+        return x * (x * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0)
     if act == "tanh":
         return x.tanh()
     if act == "gelu_erf":

@@ -31,6 +31,7 @@ from .. import autograd
 from ..contract.table import TOLERANCES
 from .. import functional as F
 from ..dtype import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, f64, from_numpy_dtype, get_dtype, u8, u32
+from ..ops import nn as nn_ops
 from ..ops.creation import from_array, full_like
 from ..ops.shape import cat, stack
 from . import reference as R
@@ -711,6 +712,27 @@ def _norm_samples(rng, dtype, layout):
 
 op("layer_norm", lambda x, w, b: F.layer_norm(x, w, b, 1e-5), lambda x, w, b: R.layer_norm(x, w, b, 1e-5), FLOATS,
    _norm_samples, NONSCALAR, tol_scale=8)
+
+
+def _skip_norm_samples(rng, dtype, layout):
+    x = values(rng, dtype, shape_for(layout, (3, 4, 8)), -3, 3)
+    return [Sample([x, values(rng, dtype, x.shape, -2, 2), values(rng, dtype, (8,), 0.5, 1.5),
+                    values(rng, dtype, (8,), -1, 1)])]
+
+
+op("skip_layer_norm", lambda x, r, w, b: nn_ops.skip_layer_norm(x, r, w, b, 1e-5),
+   lambda x, r, w, b: R.skip_layer_norm(x, r, w, b, 1e-5), FLOATS, _skip_norm_samples, NONSCALAR, tol_scale=8)
+
+
+def _bias_samples(rng, dtype, layout):
+    x = values(rng, dtype, shape_for(layout, (3, 4, 8)), -3, 3)
+    return [Sample([x, values(rng, dtype, (8,), -1, 1)])]
+
+
+for _approx in (False, True):
+    op("bias_gelu" + ("_tanh" if _approx else ""), lambda x, b, a=_approx: nn_ops.bias_gelu(x, b, a),
+       lambda x, b, a=_approx: R.bias_gelu(x, b, a), FLOATS, _bias_samples, NONSCALAR, tol_scale=8,
+       kernel="bias_gelu")
 op("rms_norm", lambda x, w, b: F.rms_norm(x, w, 1e-6), lambda x, w, b: R.rms_norm(x, w, 1e-6), FLOATS,
    _norm_samples, NONSCALAR, tol_scale=8)
 

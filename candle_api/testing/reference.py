@@ -60,6 +60,14 @@ def layer_norm(x, w, b, eps):
     return (x - mean) / np.sqrt(var + eps) * w + b
 
 
+def skip_layer_norm(x, r, w, b, eps):
+    return layer_norm(x + r, w, b, eps)
+
+
+def bias_gelu(x, b, approximate):
+    return gelu(x + b) if approximate else gelu_erf(x + b)
+
+
 def silu_mul(x):
     f = x.shape[-1] // 2
     gate = x[..., :f]

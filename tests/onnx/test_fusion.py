@@ -5,6 +5,8 @@ of non-overlapping blocks) and Resize's whole-number nearest upsampling."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -121,6 +123,85 @@ def test_written_out_layer_norm():
              helper.make_node("Div", ["d", "sd"], ["n"]), helper.make_node("Mul", ["n", "g"], ["ng"]),
              helper.make_node("Add", ["ng", "b"], ["out"])]
     check(_model(nodes, {"x": 3}, "out", inits, opset=18), {"x": randn(3, 4, 16)}, ["LayerNormalization"])
+
+
+def _layer_norm_ref(x, g, b, eps):
+    x = x.astype(np.float64)
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * g + b
+
+
+@pytest.mark.parametrize("order", ["x+y", "y+x"])
+def test_residual_add_layer_norm_is_one_skip_layer_norm(order):
+    inits = {"g": randn(16), "b": randn(16)}
+    a, b = order.split("+")
+    nodes = [helper.make_node("Add", [a, b], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["out"], axis=-1, epsilon=1e-5)]
+    data = _model(nodes, {"x": 3, "y": 3}, "out", inits)
+    feeds = {"x": randn(2, 5, 16), "y": randn(2, 5, 16)}
+    assert [s.node.op_type for s in _session(data, GraphOptimizationLevel.ORT_DISABLE_ALL).model.plan.steps] == \
+        ["Add", "LayerNormalization"]  # level 0: no fusion
+    got = check(data, feeds, ["SkipLayerNormalization"])
+    np.testing.assert_allclose(got, _layer_norm_ref(feeds["x"] + feeds["y"], inits["g"], inits["b"], 1e-5),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("order", ["x+c", "c+x"])
+def test_bias_add_then_written_out_layer_norm(order):
+    # the written-out norm becomes one LayerNormalization first, then the Add of a broadcast constant joins it
+    inits = {"two": np.float32(2), "eps": np.float32(1e-6), "g": randn(16), "b": randn(16), "c": randn(16),
+             "axes": np.array([-1], np.int64)}
+    nodes = [helper.make_node("Add", order.split("+"), ["x1"]),
+             helper.make_node("ReduceMean", ["x1", "axes"], ["mu"]), helper.make_node("Sub", ["x1", "mu"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq", "axes"], ["var"]),
+             helper.make_node("Add", ["var", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["n"]), helper.make_node("Mul", ["n", "g"], ["ng"]),
+             helper.make_node("Add", ["ng", "b"], ["out"])]
+    feeds = {"x": randn(3, 4, 16)}
+    got = check(_model(nodes, {"x": 3}, "out", inits, opset=18), feeds, ["SkipLayerNormalization"])
+    np.testing.assert_allclose(got, _layer_norm_ref(feeds["x"] + inits["c"], inits["g"], inits["b"], 1e-6),
+                               rtol=1e-5, atol=1e-5)
+
+
+def _erf_gelu(u):
+    return 0.5 * u * (1 + np.vectorize(math.erf)(u / math.sqrt(2)))
+
+
+def test_bias_then_gelu_written_out_is_one_bias_gelu():
+    # x @ y has no constant weight (no Linear): the written-out GELU becomes Gelu, then joins the bias Add
+    inits = {"c": randn(16), "half": np.float32(0.5), "one": np.float32(1), "r2": np.float32(np.sqrt(2))}
+    nodes = [helper.make_node("MatMul", ["x", "y"], ["m"]), helper.make_node("Add", ["c", "m"], ["h"]),
+             helper.make_node("Div", ["h", "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["h", "e1"], ["p"]),
+             helper.make_node("Mul", ["p", "half"], ["out"])]
+    feeds = {"x": randn(2, 5, 8), "y": randn(2, 8, 16)}
+    got = check(_model(nodes, {"x": 3, "y": 3}, "out", inits), feeds, ["MatMul", "BiasGelu"])
+    np.testing.assert_allclose(got, _erf_gelu(feeds["x"].astype(np.float64) @ feeds["y"] + inits["c"]),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_bias_add_then_gelu_op(approximate):
+    inits = {"c": randn(16)}
+    nodes = [helper.make_node("Add", ["x", "c"], ["h"]), helper.make_node("Gelu", ["h"], ["out"],
+                                                                          approximate=approximate)]
+    data = _model(nodes, {"x": 3}, "out", inits, opset=20)
+    assert [s.node.op_type for s in _session(data, GraphOptimizationLevel.ORT_DISABLE_ALL).model.plan.steps] == \
+        ["Add", "Gelu"]  # level 0: no fusion
+    feeds = {"x": randn(3, 4, 16)}
+    got = check(data, feeds, ["FastGelu" if approximate == "tanh" else "BiasGelu"])
+    u = feeds["x"].astype(np.float64) + inits["c"]
+    tanh = 0.5 * u * (1 + np.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u ** 3)))
+    np.testing.assert_allclose(got, tanh if approximate == "tanh" else _erf_gelu(u), rtol=1e-5, atol=1e-5)
+
+
+def test_a_sum_read_elsewhere_stays_an_add():
+    inits = {"g": randn(16), "b": randn(16)}
+    nodes = [helper.make_node("Add", ["x", "y"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["n"], axis=-1),
+             helper.make_node("Add", ["n", "s"], ["out"])]  # a pre-norm block reads the sum again
+    check(_model(nodes, {"x": 3, "y": 3}, "out", inits), {"x": randn(2, 3, 16), "y": randn(2, 3, 16)},
+          ["Add", "LayerNormalization", "Add"])
 
 
 @pytest.mark.parametrize("masked", [False, True])

@@ -63,8 +63,11 @@ def test_layer_norm_variants():
                helper.make_node("SkipLayerNormalization", ["x", "skip", "g", "b", "bias"], ["sln", "", "", "sum"],
                                 domain=MS, epsilon=1e-5),
                helper.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "g"], ["ssln"], domain=MS,
-                                epsilon=1e-6)],
-              {"x": x, "skip": skip, "g": g, "b": b, "bias": bias}, ["ln", "rms", "sln", "sum", "ssln"])
+                                epsilon=1e-6),
+               # the norm alone: one pass of the skip_layer_norm kernel
+               helper.make_node("SkipLayerNormalization", ["x", "skip", "g", "b", "bias"], ["sln1"], domain=MS,
+                                epsilon=1e-5)],
+              {"x": x, "skip": skip, "g": g, "b": b, "bias": bias}, ["ln", "rms", "sln", "sum", "ssln", "sln1"])
     s = x + skip + bias
     rms = lambda v: v / np.sqrt((v * v).mean(-1, keepdims=True) + 1e-6) * g  # noqa: E731
     np.testing.assert_allclose(got[0], np_layer_norm(x, g, b, 1e-5), rtol=1e-4, atol=1e-5)
@@ -72,6 +75,7 @@ def test_layer_norm_variants():
     np.testing.assert_allclose(got[2], np_layer_norm(s, g, b, 1e-5), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got[3], s, rtol=1e-6)
     np.testing.assert_allclose(got[4], rms(x + skip), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[5], np_layer_norm(s, g, b, 1e-5), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("mask_kind", [None, "lengths", "2d"])

@@ -117,6 +117,19 @@ def test_outputs_are_not_overwritten_by_the_next_replay():
     np.testing.assert_array_equal(first.numpy(), [-1.0, -2.0])
 
 
+def test_copies_replay_with_their_arguments_bound():
+    # a Concat's copies are bound once when recorded (kernel.bind) and read the new feeds on replay
+    model = _model([helper.make_node("Concat", ["a", "b"], ["y"], axis=1)], [_float("a", [2, 2]), _float("b", [2, 3])],
+                   [_float("y", [2, 5])])
+    a, b = np.arange(4, dtype=np.float32).reshape(2, 2), np.arange(6, dtype=np.float32).reshape(2, 3)
+    for _ in range(2):
+        model.run_numpy({"a": a, "b": b})
+    (program,) = _programs(model)
+    assert [args for _, args in program.calls if not args], "no bound copy in the recorded run"
+    (y,) = model.run_numpy({"a": -a, "b": 2 * b})
+    np.testing.assert_array_equal(y, np.concatenate([-a, 2 * b], axis=1))
+
+
 def test_a_value_read_on_the_host_is_guarded():
     # If reads its condition on the host: a replay recorded with one branch must not take it for the other
     then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [], [_float("t", [2])])

@@ -126,6 +126,10 @@ CONV_CASES = [  # (batch, cin, h, w, cout, kh, kw, stride, pad, dilation, groups
     (1, 16, 17, 13, 16, 3, 3, (2, 2), (1, 1), (1, 1), 16),   # depthwise, strided
     (1, 24, 7, 40, 24, 5, 5, (1, 1), (2, 2), (1, 1), 24),    # depthwise 5x5
     (1, 16, 9, 11, 16, 3, 3, (1, 1), (1, 1), (1, 1), 16),    # depthwise, an odd count of phase floats
+    (1, 17, 7, 70, 17, 3, 3, (1, 1), (1, 1), (1, 1), 17),    # depthwise 3x3 by rows: 4, 2 and 1, runs and a tail
+    (1, 9, 17, 37, 9, 3, 3, (2, 1), (1, 1), (1, 1), 9),      # the same two rows down, a column stride of 1
+    (1, 11, 6, 50, 11, 5, 5, (2, 1), (2, 2), (1, 1), 11),    # depthwise 5x5 two rows down: 2 and 1 rows
+    (1, 10, 6, 45, 10, 5, 5, (1, 2), (2, 2), (1, 1), 10),    # depthwise 5x5 by rows, columns two apart
     (2, 20, 4, 6, 20, 5, 5, (1, 1), (2, 2), (1, 1), 20),     # depthwise, small planes 16 channels at a time
     (1, 18, 5, 5, 18, 3, 3, (2, 2), (1, 1), (2, 1), 18),     # the same, strided and dilated
     (1, 32, 6, 9, 40, 1, 1, (1, 1), (0, 0), (1, 1), 1),      # pointwise, the image read in place

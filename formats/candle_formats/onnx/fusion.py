@@ -14,13 +14,18 @@ before they run, done to the planned steps of a graph.
   FusedConvTranspose (ai.candle's).
 - A MatMul by a constant 2-d weight followed by the Add of a bias and an
   activation (GELU written out with Erf included) becomes one ai.candle
-  Linear; a GELU written out elsewhere becomes com.microsoft Gelu.
+  Linear; a GELU written out elsewhere becomes com.microsoft Gelu, and after
+  the Add of a constant bias along the last dim, one BiasGelu (FastGelu for
+  the tanh form) on the bias_gelu kernel.
 - Attention written out as MatMul(Q, K^T), a scale (Div or Mul), an additive
   mask and Softmax, then MatMul by V, becomes one ai.candle
   ScaledDotProductAttention.
 - LayerNormalization written out (ReduceMean, Sub, Pow, ReduceMean, Add,
   Sqrt, Div, Mul, Add over the last dim) becomes one (com.microsoft's, which
   any opset has) LayerNormalization.
+- An Add read only by a LayerNormalization over the last dim (a residual and
+  its norm) becomes one com.microsoft SkipLayerNormalization: the sum is made
+  in the norm's pass over each row (nn.skip_layer_norm), never stored.
 
 The fused ops are in ops_fused.py. A rewrite only ever removes values that
 nothing else reads (no other node, no subgraph, no graph output), so every
@@ -517,11 +522,46 @@ def fuse_layer_norm(g: Graph, step) -> bool:
     return True
 
 
+def fuse_skip_layer_norm(g: Graph, step) -> bool:
+    """Add(a, b) read only by a last-axis LayerNormalization (one output, 1-d constant scale and
+    bias): one com.microsoft SkipLayerNormalization, whose kernel adds in the norm's own pass."""
+    if not is_op(step, "Add") or len(step.inputs) != 2:
+        return False
+    norm = g.sole_reader(step.outputs[0])
+    if norm is None or not (is_op(norm, "LayerNormalization") or is_op(norm, "LayerNormalization", MS_DOMAIN)):
+        return False
+    if norm.inputs[0] != step.outputs[0] or len(norm.outputs) != 1 or norm.node.get("axis", -1) != -1:
+        return False
+    params = [name for name in norm.inputs[1:3] if name]
+    if not all(g.const(name) is not None and g.const(name).ndim == 1 for name in params):
+        return False
+    g.rewrite([step, norm], "SkipLayerNormalization", MS_DOMAIN, list(step.inputs) + params,
+              {"epsilon": float(norm.node.get("epsilon", 1e-5))})
+    return True
+
+
+def fuse_bias_gelu(g: Graph, step) -> bool:
+    """Add of a constant bias along the last dim read only by a GELU (com.microsoft's, or the
+    default domain's of opset 20): one com.microsoft BiasGelu, or FastGelu for the tanh form."""
+    if not is_op(step, "Add") or len(step.inputs) != 2:
+        return False
+    gelu = g.sole_reader(step.outputs[0])
+    if gelu is None or not (is_op(gelu, "Gelu") or is_op(gelu, "Gelu", MS_DOMAIN)):
+        return False
+    approximate = gelu.node.get("approximate", "none")
+    biases = [name for name in step.inputs if g.const(name) is not None and g.const(name).ndim == 1]
+    if not biases or approximate not in ("none", "tanh"):
+        return False
+    x = _other(step, biases[0])
+    g.rewrite([step, gelu], "FastGelu" if approximate == "tanh" else "BiasGelu", MS_DOMAIN, [x, biases[0]], {})
+    return True
+
+
 #: onnxruntime's basic level: rewrites that only fold constants into a node
 BASIC_RULES = (fold_conv_affine,)
 #: every rewrite, in the order they are tried on each step
-RULES = (fold_conv_affine, fuse_layer_norm, fuse_attention, fuse_conv, fuse_conv_transpose, fuse_conv_affine_after,
-         fuse_linear, fuse_gelu)
+RULES = (fold_conv_affine, fuse_layer_norm, fuse_skip_layer_norm, fuse_attention, fuse_conv, fuse_conv_transpose,
+         fuse_conv_affine_after, fuse_linear, fuse_gelu, fuse_bias_gelu)
 
 
 def fuse(g: Graph, rules=RULES) -> list:

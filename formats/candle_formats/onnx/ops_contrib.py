@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import candle_api as c
+from candle_api.ops import nn as fused
 
 from .ops_attention import merge_heads, split_heads
 from .ops_norm import layer_norm, rms_norm
@@ -30,15 +33,22 @@ def gelu(node, x):
     return x.gelu_erf()
 
 
+def _bias_gelu(x, bias, approximate: bool):
+    """gelu(x + bias): one pass of the bias_gelu kernel when the bias runs along x's last dim."""
+    if x.dtype.is_float and x.rank and bias.dtype == x.dtype and bias.shape in ((x.shape[-1],), (1, x.shape[-1])):
+        return fused.bias_gelu(x, bias.reshape(x.shape[-1]), approximate)
+    return (x + bias).gelu() if approximate else (x + bias).gelu_erf()
+
+
 @ms("BiasGelu")
 def bias_gelu(node, x, bias):
-    return (x + bias).gelu_erf()
+    return _bias_gelu(x, bias, False)
 
 
 @ms("FastGelu")
 def fast_gelu(node, x, bias=None):
     """The tanh approximation of GELU."""
-    return (x if bias is None else x + bias).gelu()
+    return x.gelu() if bias is None else _bias_gelu(x, bias, True)
 
 
 @ms("QuickGelu", defaults={"alpha": 1.702})
@@ -87,7 +97,13 @@ def _skip_sum(x, skip, bias):
 
 @ms("SkipLayerNormalization", defaults={"epsilon": 1e-12})
 def skip_layer_normalization(node, x, skip, gamma, beta=None, bias=None):
-    """(LayerNorm(x + skip + bias), mean, inv_std, x + skip + bias)."""
+    """(LayerNorm(x + skip + bias), mean, inv_std, x + skip + bias); the norm alone, when it is the
+    only output (what fusion.fuse_skip_layer_norm writes), in one pass: nn.skip_layer_norm."""
+    if node.n_outputs == 1 and x.dtype.is_float and gamma.rank == 1 and (beta is None or beta.rank == 1):
+        r = skip if bias is None else skip + bias
+        shape = np.broadcast_shapes(x.shape, r.shape)  # a fused Add may broadcast either side
+        x, r = (v if v.shape == shape else v.broadcast_as(shape) for v in (x, r))
+        return fused.skip_layer_norm(x, r, gamma, beta, node["epsilon"])
     s = _skip_sum(x, skip, bias)
     y, mean, inv = layer_norm(s, gamma, beta, s.rank - 1, node["epsilon"], node.n_outputs)
     return y, mean, inv, s

@@ -166,7 +166,9 @@ class Program:
 
     def __init__(self, feeds: dict, calls: list, nodes: list, outputs: list):
         self.feeds = feeds          # name -> the tensor the calls read that feed from
-        self.calls = calls
+        # kernels that can bind their arguments once (a ``bind`` attribute) do, so that a replay
+        # does not pack the same descriptors again on every run
+        self.calls = [(fn.bind(*args), ()) if hasattr(fn, "bind") else (fn, args) for fn, args in calls]
         self.nodes = nodes
         self.outputs = outputs
         self.lock = threading.Lock()

@@ -1,6 +1,6 @@
-"""Fused kernels: softmax and log_softmax over the last dim, layer_norm and
-rms_norm, rotary embeddings, SwiGLU's gate (silu_mul) and scaled-dot-product
-attention."""
+"""Fused kernels: softmax and log_softmax over the last dim, layer_norm (and
+skip_layer_norm: of x + a residual) and rms_norm, rotary embeddings, SwiGLU's gate (silu_mul), GELU of
+x + a bias (bias_gelu) and scaled-dot-product attention."""
 
 from __future__ import annotations
 
@@ -35,8 +35,21 @@ def norm(fn, rms, dt):
         else:
             b, lb, eps = rest
             b_ptr = b.ptr + lb.offset * isz if b is not None else None
-        if fn(dt.code, lay(lx.shape, lx.strides), x.ptr + lx.offset * isz, w.ptr + lw.offset * isz, b_ptr, out.ptr,
-              eps, rms):
+        if fn(dt.code, lay(lx.shape, lx.strides), x.ptr + lx.offset * isz, None, w.ptr + lw.offset * isz, b_ptr,
+              out.ptr, eps, rms):
+            raise error()
+
+    return kernel
+
+
+def skip_norm(fn, dt):
+    """k(out, x, lx, r, lr, w, lw, b, lb, eps) for skip_layer_norm: layer_norm of x + r (r contiguous)."""
+    isz = dt.itemsize
+
+    def kernel(out, x, lx, r, lr, w, lw, b, lb, eps):
+        b_ptr = b.ptr + lb.offset * isz if b is not None else None
+        if fn(dt.code, lay(lx.shape, lx.strides), x.ptr + lx.offset * isz, r.ptr + lr.offset * isz,
+              w.ptr + lw.offset * isz, b_ptr, out.ptr, eps, 0):
             raise error()
 
     return kernel
@@ -68,6 +81,21 @@ def silu_mul(fn, dt):
     return kernel
 
 
+def bias_gelu(fn, dt):
+    """k(out, x, lx, b, lb, approximate): gelu(x + b) along the last dim (x and b contiguous)."""
+    isz = dt.itemsize
+
+    def kernel(out, x, lx, b, lb, approximate):
+        if not (lx.contiguous and lb.contiguous):
+            raise KernelError("bias_gelu: the cpu kernel takes a contiguous input and bias")
+        n = lx.shape[-1]
+        if fn(dt.code, lx.numel // max(n, 1), n, x.ptr + lx.offset * isz, b.ptr + lb.offset * isz, out.ptr,
+              int(approximate)):
+            raise error()
+
+    return kernel
+
+
 def sdpa(fn, dt):
     """k(out, q, lq, k, lk, v, lv, mask, lmask, mask_dtype, causal, scale)."""
     isz = dt.itemsize
@@ -91,8 +119,10 @@ def makers(lib) -> dict:
         "log_softmax_last": partial(softmax, lib.cd_softmax_last, 1),
         "layer_norm": partial(norm, lib.cd_norm_last, 0),
         "rms_norm": partial(norm, lib.cd_norm_last, 1),
+        "skip_layer_norm": partial(skip_norm, lib.cd_norm_last),
         "rope": partial(rope, lib.cd_rope, 0),
         "rope_i": partial(rope, lib.cd_rope, 1),
         "sdpa": partial(sdpa, lib.cd_sdpa),
         "silu_mul": partial(silu_mul, lib.cd_silu_mul),
+        "bias_gelu": partial(bias_gelu, lib.cd_bias_gelu),
     }

@@ -18,6 +18,18 @@ def copy(fn, dt):
         if fn(isz, lay(ls.shape, ls.strides, ld.strides), src.ptr + ls.offset * isz, dst.ptr + ld.offset * isz):
             raise error()
 
+    def bind(dst, ld, src, ls):
+        """kernel(dst, ld, src, ls) as a call of no arguments, its descriptor and addresses made
+        once: a recorded run replays the same copies (a Concat's, a fed-back state's) every time."""
+        desc, s, d = lay(ls.shape, ls.strides, ld.strides), src.ptr + ls.offset * isz, dst.ptr + ld.offset * isz
+
+        def call(_keep=(dst, src)):  # the storages stay alive as long as the call
+            if fn(isz, desc, s, d):
+                raise error()
+
+        return call
+
+    kernel.bind = bind
     return kernel
 
 

@@ -95,6 +95,8 @@ void cd_conv_im2col(int dtype, int ct, const conv_params *q, const int64_t *xs, 
                 float *dst = (float *)col + base;
                 const int64_t step = q->sw * xs[3];
                 if (step == 1) memcpy(dst + lo, src, (size_t)(hi - lo) * sizeof(float));
+                else if (step == 2) /* a constant stride (a stride-2 stem): the compiler vectorizes the gather */
+                    for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[(ox - lo) * 2];
                 else for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[(ox - lo) * step];
             } else {
                 for (int64_t ox = lo; ox < hi; ox++)

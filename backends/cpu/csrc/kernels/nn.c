@@ -1,5 +1,6 @@
-/* Fused row kernels over the last dim (softmax, log_softmax, layer_norm,
- * rms_norm) and rotary embeddings. Rows of any stride are gathered into a
+/* Fused row kernels over the last dim (softmax, log_softmax, layer_norm and
+ * skip_layer_norm (of x + a residual), rms_norm, bias_gelu) and rotary
+ * embeddings. Rows of any stride are gathered into a
  * compute-type buffer (f32, or f64 for f64 inputs); statistics use two passes
  * for stability. */
 #include "runtime/internal.h"
@@ -40,6 +41,7 @@ typedef struct {
     cd_iter rows;    /* outer dims: x strides */
     int64_t n, xs;   /* last dim and its stride */
     const char *x;
+    const char *res; /* contiguous rows added to x's before the norm (NULL: none) */
     char *out;
     const void *w, *b; /* compute-type copies of the affine params */
     double eps;
@@ -55,17 +57,32 @@ static int row_task(void *vctx, int64_t begin, int64_t end) {
     const row_ctx *c = vctx;
     const int isz = cd_dtype_size(c->dtype);
     /* contiguous f32 rows are computed in place: no buffer (its allocation costs more than a small row) */
-    void *buf = NULL;
-    if (c->dtype != CD_f32 || c->xs != 1) {
-        buf = cd_scratch(c->n * cd_ct_size(c->dtype));
+    void *buf = NULL, *rbuf = NULL;
+    const int64_t ctsz = cd_ct_size(c->dtype);
+    if (c->dtype != CD_f32 || c->xs != 1 || c->res) {
+        buf = cd_scratch(c->n * ctsz * (c->res ? 2 : 1));
         if (!buf) return -1;
+        if (c->res) rbuf = (char *)buf + c->n * ctsz;
     }
     cd_pos pos;
     cd_iter_seek(&c->rows, &pos, begin);
     for (int64_t r = begin; r < end; r++) {
         const char *x = c->x + pos.off[0] * isz;
         char *out = c->out + r * c->n * isz;
-        if (c->dtype == CD_f64) {
+        if (c->res) { /* the row of x + res in the compute type, then its norm */
+            cd_load_ct(c->dtype, x, c->n, c->xs, buf);
+            cd_load_ct(c->dtype, c->res + r * c->n * isz, c->n, 1, rbuf);
+            if (c->dtype == CD_f64) {
+                double *v = buf;
+                for (int64_t i = 0; i < c->n; i++) v[i] += ((const double *)rbuf)[i];
+                norm_row_f64(v, c->n, c->w, c->b, c->eps, c->rms);
+            } else {
+                float *v = buf;
+                for (int64_t i = 0; i < c->n; i++) v[i] += ((const float *)rbuf)[i];
+                row_f32(c, v, v);
+            }
+            cd_store_ct(c->dtype, buf, c->n, out);
+        } else if (c->dtype == CD_f64) {
             cd_load_ct(c->dtype, x, c->n, c->xs, buf);
             if (c->kind == ROW_SOFTMAX) softmax_row_f64(buf, c->n, c->log);
             else norm_row_f64(buf, c->n, c->w, c->b, c->eps, c->rms);
@@ -129,9 +146,9 @@ int cd_softmax_last(int32_t dtype, const int64_t *lay, const void *x, void *out,
     return run_rows(&c);
 }
 
-int cd_norm_last(int32_t dtype, const int64_t *lay, const void *x, const void *w, const void *b, void *out,
-                 double eps, int32_t rms) {
-    row_ctx c = {.kind = ROW_NORM, .dtype = dtype, .rms = rms, .x = x, .out = out, .eps = eps};
+int cd_norm_last(int32_t dtype, const int64_t *lay, const void *x, const void *res, const void *w, const void *b,
+                 void *out, double eps, int32_t rms) {
+    row_ctx c = {.kind = ROW_NORM, .dtype = dtype, .rms = rms, .x = x, .res = res, .out = out, .eps = eps};
     if (init_rows(&c, lay)) return -1;
     if (c.n == 0) return 0;
     /* Weights in the compute type, once. */
@@ -247,4 +264,50 @@ int cd_silu_mul(int32_t dtype, int64_t rows, int64_t f, const void *x, void *out
     if (rows == 0 || f == 0) return 0;
     silu_mul_ctx c = {dtype, f, cd_unary_loop(CD_UNARY_silu, dtype == CD_f64 ? CD_f64 : CD_f32), x, out};
     return cd_parallel_for(rows, CD_MAX(1, CD_GRAIN / f), silu_mul_task, &c);
+}
+
+/* ---- bias_gelu: GELU of x + a bias along the last dim ------------------------------------------ */
+typedef struct {
+    int dtype;
+    int64_t n;
+    cd_unary_fn gelu; /* of the compute type */
+    const char *x;
+    const void *b; /* the bias in the compute type */
+    char *out;
+} bias_gelu_ctx;
+
+static int bias_gelu_task(void *vctx, int64_t begin, int64_t end) {
+    const bias_gelu_ctx *c = vctx;
+    const int isz = cd_dtype_size(c->dtype), csz = cd_ct_size(c->dtype), f64 = c->dtype == CD_f64;
+    const int direct = c->dtype == CD_f32 || f64; /* f16 and bf16 go through f32 rows */
+    char *buf = direct ? NULL : cd_scratch(c->n * csz);
+    if (!direct && !buf) return -1;
+    for (int64_t r = begin; r < end; r++) {
+        const char *x = c->x + r * c->n * isz;
+        char *o = direct ? c->out + r * c->n * isz : buf;
+        if (!direct) cd_load_ct(c->dtype, x, c->n, 1, buf);
+        if (f64)
+            for (int64_t j = 0; j < c->n; j++) ((double *)o)[j] = ((const double *)x)[j] + ((const double *)c->b)[j];
+        else
+            for (int64_t j = 0; j < c->n; j++)
+                ((float *)o)[j] = (direct ? ((const float *)x)[j] : ((float *)o)[j]) + ((const float *)c->b)[j];
+        c->gelu(c->n, o, o); /* the row is still in cache */
+        if (!direct) cd_store_ct(c->dtype, o, c->n, c->out + r * c->n * isz);
+    }
+    cd_scratch_free(buf);
+    return 0;
+}
+
+int cd_bias_gelu(int32_t dtype, int64_t rows, int64_t n, const void *x, const void *b, void *out, int32_t tanh) {
+    if (!cd_dtype_is_float(dtype)) return cd_fail("bias_gelu needs a float dtype, got %s", cd_dtype_name(dtype));
+    if (rows < 0 || n < 0) return cd_fail("bias_gelu: negative size");
+    if (rows == 0 || n == 0) return 0;
+    const int ct = dtype == CD_f64 ? CD_f64 : CD_f32;
+    char *bias = cd_scratch(n * cd_ct_size(dtype));
+    if (!bias) return -1;
+    cd_load_ct(dtype, b, n, 1, bias);
+    bias_gelu_ctx c = {dtype, n, cd_unary_loop(tanh ? CD_UNARY_gelu : CD_UNARY_gelu_erf, ct), x, bias, out};
+    int rc = cd_parallel_for(rows, CD_MAX(1, CD_GRAIN / n), bias_gelu_task, &c);
+    cd_scratch_free(bias);
+    return rc;
 }

@@ -74,7 +74,7 @@ static int lin_task(void *vctx, int64_t begin, int64_t end) {
             cd_ops.tile_f32(c->k, c->x + i0 * c->xr, c->xr, c->xc, b, c->b_rows, panel, out, c->n, mr, nr, NULL,
                             c->bias ? c->bias + j0 : NULL);
             if (has_epilogue(&c->act))
-                for (int64_t i = 0; i < mr; i++) cd_ops.epilogue_f32(out + i * c->n, nr, NULL, &c->act);
+                cd_ops.epilogue_f32(out, mr, nr, c->n, NULL, &c->act);
         }
     }
     return 0;
@@ -134,7 +134,7 @@ typedef struct {
 } panels_conv_ctx;
 
 /* The tile of output channels [ch, ch + mr) of panel pn by output pixels [at, at + nr) of
- * the group: B = b with rows at b_rows; the residual and activation after. */
+ * the group: B = b with rows at b_rows (the epilogue goes over whole blocks: conv_epilogue). */
 static void conv_tile(const panels_conv_ctx *c, int64_t pn, int64_t i0, int64_t mr, const float *b, int64_t at,
                       int64_t nr) {
     const conv_params *q = c->q;
@@ -143,12 +143,20 @@ static void conv_tile(const panels_conv_ctx *c, int64_t pn, int64_t i0, int64_t 
     float *out = c->out + (c->b * q->cout + c->g * cout_g + ch) * N + at;
     cd_ops.tile_f32(K, c->wp + (c->g * panels_g + pn) * K * CD_PANEL + i0, 1, CD_PANEL, b, c->b_rows, CD_PANEL, out, N,
                     mr, nr, c->bias ? c->bias + c->g * cout_g + ch : NULL, NULL);
-    if (has_epilogue(&c->act) || c->res)
-        for (int64_t i = 0; i < mr; i++)
-            cd_ops.epilogue_f32(out + i * N, nr, c->res ? c->res + (out - c->out) + i * N : NULL, &c->act);
 }
 
-/* Every tile of panels [p0, p1) over output pixels [j0, j1) (B from cols + j - origin). */
+/* The residual and activation over output channels [p0, p1) * CD_PANEL of the group by pixels
+ * [at, at + n), once the tiles are done (while they are still in cache): one call a block. */
+static void conv_epilogue(const panels_conv_ctx *c, int64_t p0, int64_t p1, int64_t at, int64_t n) {
+    const conv_params *q = c->q;
+    if (!has_epilogue(&c->act) && !c->res) return;
+    const int64_t N = q->oh * q->ow, cout_g = q->cout / q->groups, ch0 = p0 * CD_PANEL;
+    const int64_t first = (c->b * q->cout + c->g * cout_g + ch0) * N + at;
+    cd_ops.epilogue_f32(c->out + first, CD_MIN(cout_g, p1 * CD_PANEL) - ch0, n, N, c->res ? c->res + first : NULL,
+                        &c->act);
+}
+
+/* Every tile of panels [p0, p1) over output pixels [j0, j1) (B from cols + j - origin), then their epilogue. */
 static void run_tiles(const panels_conv_ctx *c, const float *cols, int64_t origin, int64_t j0, int64_t j1,
                       int64_t p0, int64_t p1) {
     const int64_t MR = cd_ops.tile_mr, NR = cd_ops.tile_nr, cout_g = c->q->cout / c->q->groups;
@@ -158,6 +166,7 @@ static void run_tiles(const panels_conv_ctx *c, const float *cols, int64_t origi
             for (int64_t i0 = 0; i0 < rows; i0 += MR)
                 conv_tile(c, pn, i0, CD_MIN(MR, rows - i0), cols + j - origin, j, CD_MIN(NR, j1 - j));
         }
+    conv_epilogue(c, p0, p1, j0, j1 - j0);
 }
 
 /* Task t: PANELS_PER_TASK panels by COL_TILES tiles of columns of the shared c->cols. */
@@ -218,6 +227,7 @@ static int conv_implicit_task(void *vctx, int64_t begin, int64_t end) {
                         conv_tile(c, pn, i0, CD_MIN(MR, rows - i0), c->pad + oy * q->sh * c->pad_w + ox,
                                   oy * q->ow + ox, CD_MIN(NR, q->ow - ox));
                 }
+        conv_epilogue(c, p0, p1, oy0 * q->ow, (oy1 - oy0) * q->ow);
     }
     return 0;
 }
@@ -289,6 +299,10 @@ static cd_dw_geom dw_geometry(const panels_conv_ctx *c) {
                         c->xs[2], c->xs[3]};
 }
 
+/* Scratch floats a depthwise task keeps on its stack (a plane of up to about 60 x 60): planes
+ * are small, and an allocation per task cost as much as a 5 x 80 plane's sums. */
+#define DW_STACK_FLOATS 4096
+
 /* Task t: one plane (or, for small planes, DW_BLOCK of them). */
 static int depthwise_task(void *vctx, int64_t begin, int64_t end) {
     const panels_conv_ctx *c = vctx;
@@ -296,8 +310,9 @@ static int depthwise_task(void *vctx, int64_t begin, int64_t end) {
     const cd_dw_geom g = dw_geometry(c);
     const int64_t N = q->oh * q->ow, K = q->kh * q->kw, blocks = (q->cout + DW_BLOCK - 1) / DW_BLOCK;
     const int small = N < SMALL_PLANE;
-    float *scratch = cd_scratch((small ? cd_ops.dw_block_scratch_f32(&g) : cd_ops.dw_scratch_f32(&g)) *
-                                (int64_t)sizeof(float));
+    const int64_t floats = small ? cd_ops.dw_block_scratch_f32(&g) : cd_ops.dw_scratch_f32(&g);
+    float stack[DW_STACK_FLOATS] __attribute__((aligned(64)));
+    float *scratch = floats <= DW_STACK_FLOATS ? stack : cd_scratch(floats * (int64_t)sizeof(float));
     if (!scratch) return -1;
     for (int64_t t = begin; t < end; t++) {
         const int64_t b = small ? t / blocks : t / q->cout, ch = small ? t % blocks * DW_BLOCK : t % q->cout;
@@ -312,9 +327,9 @@ static int depthwise_task(void *vctx, int64_t begin, int64_t end) {
         else
             cd_ops.dw_plane_f32(&g, x, taps, CD_PANEL, c->bias ? c->bias[ch] : 0.0f, out, scratch);
         if (has_epilogue(&c->act) || c->res)
-            cd_ops.epilogue_f32(out, planes * N, c->res ? c->res + first * N : NULL, &c->act);
+            cd_ops.epilogue_f32(out, 1, planes * N, 0, c->res ? c->res + first * N : NULL, &c->act);
     }
-    cd_scratch_free(scratch);
+    if (scratch != stack) cd_scratch_free(scratch);
     return 0;
 }
 
@@ -341,7 +356,7 @@ static int conv_group_transposed(const panels_conv_ctx *c, const float *cols, in
         float *row = c->out + first + ch * N;
         for (int64_t i = 0; i < N; i++) row[i] = t[i * cout_g + ch];
         if (has_epilogue(&c->act) || c->res)
-            cd_ops.epilogue_f32(row, N, c->res ? c->res + first + ch * N : NULL, &c->act);
+            cd_ops.epilogue_f32(row, 1, N, 0, c->res ? c->res + first + ch * N : NULL, &c->act);
     }
     cd_scratch_free(t);
     return rc;
@@ -384,7 +399,9 @@ int cd_conv2d_panels(int32_t dtype, const int64_t *p, const int64_t *lay, const 
     if (q.b == 0 || q.cout == 0 || N == 0) return 0;
     if (cin_g == 1 && cout_g == 1) {
         const int64_t units = N < SMALL_PLANE ? (q.cout + DW_BLOCK - 1) / DW_BLOCK : q.cout;
-        return cd_parallel_for(q.b * units, 1, depthwise_task, &c);
+        /* several small planes a task: a task's start is not free either */
+        return cd_parallel_for(q.b * units, CD_MAX(1, 2048 / (N * (N < SMALL_PLANE ? DW_BLOCK : 1))),
+                               depthwise_task, &c);
     }
     const int64_t panels_g = (cout_g + CD_PANEL - 1) / CD_PANEL;
     c.panel_groups = (panels_g + PANELS_PER_TASK - 1) / PANELS_PER_TASK;

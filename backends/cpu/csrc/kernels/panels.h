@@ -52,7 +52,8 @@ typedef void cd_dw_block_fn(const cd_dw_geom *g, const float *x, int64_t xs_c, i
 typedef void cd_int8_tile_fn(int64_t groups, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c,
                              int64_t ldc, int64_t mr);
 
-/* y = act(y + res) * scale + shift over n contiguous floats (res NULL: no residual). */
-typedef void cd_epilogue_fn(float *y, int64_t n, const float *res, const cd_act *act);
+/* y = act(y + res) * scale + shift over rows of n contiguous floats, ld apart
+ * in y and in res (res NULL: no residual): a whole tile in one call. */
+typedef void cd_epilogue_fn(float *y, int64_t rows, int64_t n, int64_t ld, const float *res, const cd_act *act);
 
 #endif

@@ -213,8 +213,9 @@ CD_API int cd_upsample2d(int32_t dtype, int32_t mode, const int64_t *p, const in
 /* Row kernels work on the last dim: lay = [ndim, shape, x strides]; out contiguous. */
 CD_API int cd_softmax_last(int32_t dtype, const int64_t *lay, const void *x, void *out, int32_t log);
 /* w and b are contiguous vectors of the last dim (b may be NULL). rms = 1 gives
- * rms_norm (no mean removal, b ignored). */
-CD_API int cd_norm_last(int32_t dtype, const int64_t *lay, const void *x, const void *w,
+ * rms_norm (no mean removal, b ignored). res (may be NULL): contiguous rows of
+ * x's shape added to x before the norm (skip_layer_norm). */
+CD_API int cd_norm_last(int32_t dtype, const int64_t *lay, const void *x, const void *res, const void *w,
                         const void *b, void *out, double eps, int32_t rms);
 /* x is (b, h, t, d) strided (lay = 4 strides); cos and sin contiguous (t, d/2) or
  * (b, t, d/2) when per_batch; interleaved pairs (x[2i], x[2i+1]) or halves. */
@@ -224,6 +225,10 @@ CD_API int cd_rope(int32_t dtype, const int64_t *shape, const int64_t *lay, cons
 /* out (rows x f) = silu(x[:, :f]) * x[:, f:] for x (rows x 2f), both contiguous: SwiGLU's gate and up
  * halves of one product; float dtypes (f16 and bf16 computed in f32). */
 CD_API int cd_silu_mul(int32_t dtype, int64_t rows, int64_t f, const void *x, void *out);
+/* out (rows x n) = gelu(x + b) with b (n) added to every row, x and b contiguous; tanh = 1:
+ * the tanh approximation (FastGelu), else the erf form (BiasGelu). */
+CD_API int cd_bias_gelu(int32_t dtype, int64_t rows, int64_t n, const void *x, const void *b, void *out,
+                        int32_t tanh);
 /* Fused optimizer steps, in place over n contiguous elements of dtype (f32,
  * f64). AdamW: hp = [lr, beta1, beta2, eps, weight_decay, 1 - beta1^t,
  * 1 - beta2^t]. SGD: hp = [lr, weight_decay, momentum, dampening]; m is the

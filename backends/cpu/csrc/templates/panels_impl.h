@@ -15,18 +15,29 @@ typedef float PANELS_NAME(dw_vec) __attribute__((vector_size(DW_LANES * sizeof(f
  * to check, and a run of DW_LANES outputs never reads past the buffer. */
 static void PANELS_NAME(dw_phases)(const cd_dw_geom *g, const float *x, float *ph, int64_t rows, int64_t pstride) {
     const int64_t sw = g->sw;
+    if (sw == 1 && g->xs_w == 1) { /* zeros where no input goes: the padding rows, each row's margins */
+        memset(ph, 0, (size_t)(g->ph * pstride) * sizeof(float));
+        memset(ph + (g->ph + g->h) * pstride, 0, (size_t)((rows - g->ph - g->h) * pstride) * sizeof(float));
+        for (int64_t sy = 0; sy < g->h; sy++) {
+            float *row = ph + (sy + g->ph) * pstride;
+            memset(row, 0, (size_t)g->pw * sizeof(float));
+            memcpy(row + g->pw, x + sy * g->xs_h, (size_t)g->w * sizeof(float));
+            memset(row + g->pw + g->w, 0, (size_t)(pstride - g->pw - g->w) * sizeof(float));
+        }
+        return;
+    }
     memset(ph, 0, (size_t)(sw * rows * pstride) * sizeof(float));
     for (int64_t sy = 0; sy < g->h; sy++) {
         const float *src = x + sy * g->xs_h;
         float *row = ph + (sy + g->ph) * pstride;
-        if (sw == 1 && g->xs_w == 1) {
-            memcpy(row + g->pw, src, (size_t)g->w * sizeof(float));
-            continue;
-        }
         for (int64_t r = 0; r < sw; r++) { /* padded column t * sw + r is input column t * sw + r - pw */
             float *phase = row + r * rows * pstride;
-            int64_t t = g->pw > r ? (g->pw - r + sw - 1) / sw : 0;
-            for (int64_t sx = t * sw + r - g->pw; sx < g->w; t++, sx += sw) phase[t] = src[sx * g->xs_w];
+            int64_t t = g->pw > r ? (g->pw - r + sw - 1) / sw : 0, sx = t * sw + r - g->pw;
+            if (sw == 2 && g->xs_w == 1) { /* a constant stride: the compiler vectorizes the gather */
+                for (int64_t k = 0; k < (g->w - sx + 1) / 2; k++) phase[t + k] = src[sx + 2 * k];
+                continue;
+            }
+            for (; sx < g->w; t++, sx += sw) phase[t] = src[sx * g->xs_w];
         }
     }
 }
@@ -49,6 +60,99 @@ static int64_t PANELS_NAME(dw_scratch)(const cd_dw_geom *g) {
  * instead of waiting on one another (eight where the registers hold them: the
  * including file may set DW_RUNS to 8). Tap t reads at offset[t] from a run's
  * place in phase 0. The sums are named variables (an array of vectors spills). */
+/* R output rows x C runs of DW_LANES columns of a K x K window (rows one
+ * apart, output rows SH input rows apart), all summed at once: each input
+ * vector is loaded once and feeds every output row it reaches, with the taps
+ * wv already broadcast (a plane's loads, not its multiply-adds, bound the
+ * general loop below), and the R * C sums are independent (four or more
+ * keep the multiply-adds from waiting on one another). K, SH, R and C are
+ * constants at every call: the loops unroll and the sums stay in registers.
+ * len: the columns of the last run to store. */
+static inline __attribute__((always_inline)) void PANELS_NAME(dw_rows)(const int K, const int SH, const int R,
+                                                                      const int C, const PANELS_NAME(dw_vec) *wv,
+                                                                      const float *base, const int64_t *col,
+                                                                      int64_t pstride, float bias, float *out,
+                                                                      int64_t ow, int64_t len) {
+    typedef PANELS_NAME(dw_vec) vec;
+    vec acc[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < R * C; k++) acc[k] = (vec){0} + bias;
+#pragma GCC unroll 20
+    for (int rr = 0; rr < (R - 1) * SH + K; rr++)
+#pragma GCC unroll 5
+        for (int j = 0; j < K; j++)
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                vec v;
+                memcpy(&v, base + rr * pstride + col[j] + c * DW_LANES, sizeof v);
+#pragma GCC unroll 8
+                for (int k = 0; k < R; k++)
+                    if (rr - k * SH >= 0 && rr - k * SH < K) acc[k * C + c] += wv[(rr - k * SH) * K + j] * v;
+            }
+#pragma GCC unroll 8
+    for (int k = 0; k < R; k++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            float *o = out + k * ow + c * DW_LANES;
+            if (c < C - 1 || len == DW_LANES)
+                memcpy(o, &acc[k * C + c], sizeof acc[0]);
+            else
+                memcpy(o, &acc[k * C + c], (size_t)len * sizeof(float));
+        }
+}
+
+/* R output rows of the plane by dw_rows: C runs at a time, the rest one by one. */
+static inline __attribute__((always_inline)) void PANELS_NAME(dw_band)(const int K, const int SH, const int R,
+                                                                      const int C, const PANELS_NAME(dw_vec) *wv,
+                                                                      const cd_dw_geom *g, const float *base,
+                                                                      const int64_t *col, int64_t pstride, float bias,
+                                                                      float *out) {
+    int64_t ox0 = 0;
+    if (C > 1)
+        for (; ox0 + C * DW_LANES <= g->ow; ox0 += C * DW_LANES)
+            PANELS_NAME(dw_rows)(K, SH, R, C, wv, base + ox0, col, pstride, bias, out + ox0, g->ow, DW_LANES);
+    for (; ox0 < g->ow; ox0 += DW_LANES)
+        PANELS_NAME(dw_rows)(K, SH, R, 1, wv, base + ox0, col, pstride, bias, out + ox0, g->ow,
+                             CD_MIN(DW_LANES, g->ow - ox0));
+}
+
+/* The plane of a K x K window (K = 3 or 5) by dw_band: four rows at a time
+ * (eight sums for K = 3, where the registers hold them beside the taps),
+ * then two, then one, with more runs of columns at once. col[j] is tap (0,
+ * j)'s offset from a run's place in the phases ph. */
+static inline __attribute__((always_inline)) void PANELS_NAME(dw_window)(const int K, const int SH,
+                                                                        const cd_dw_geom *g, const float *ph,
+                                                                        const int64_t *col, int64_t pstride,
+                                                                        const float *taps, int64_t tap_step,
+                                                                        float bias, float *out) {
+    typedef PANELS_NAME(dw_vec) vec;
+    vec wv[25];
+#pragma GCC unroll 25
+    for (int t = 0; t < K * K; t++) wv[t] = (vec){0} + taps[t * tap_step];
+    int64_t oy = 0;
+    for (; oy + 4 <= g->oh; oy += 4)
+        PANELS_NAME(dw_band)(K, SH, 4, K == 3 ? 2 : 1, wv, g, ph + oy * SH * pstride, col, pstride, bias,
+                             out + oy * g->ow);
+    for (; oy + 2 <= g->oh; oy += 2)
+        PANELS_NAME(dw_band)(K, SH, 2, K == 3 ? 4 : 2, wv, g, ph + oy * SH * pstride, col, pstride, bias,
+                             out + oy * g->ow);
+    if (oy < g->oh)
+        PANELS_NAME(dw_band)(K, SH, 1, 4, wv, g, ph + oy * SH * pstride, col, pstride, bias, out + oy * g->ow);
+}
+
+/* Whether dw_window took the plane: 3 x 3 and 5 x 5 windows, rows one apart, stride 1 or 2 down. */
+static int PANELS_NAME(dw_windowed)(const cd_dw_geom *g, const float *ph, const int64_t *col, int64_t pstride,
+                                    const float *taps, int64_t tap_step, float bias, float *out) {
+    if (g->dh != 1 || g->kh != g->kw || (g->sh != 1 && g->sh != 2)) return 0;
+    const int s2 = g->sh == 2;
+    if (g->kh == 3 && s2) PANELS_NAME(dw_window)(3, 2, g, ph, col, pstride, taps, tap_step, bias, out);
+    else if (g->kh == 3) PANELS_NAME(dw_window)(3, 1, g, ph, col, pstride, taps, tap_step, bias, out);
+    else if (g->kh == 5 && s2) PANELS_NAME(dw_window)(5, 2, g, ph, col, pstride, taps, tap_step, bias, out);
+    else if (g->kh == 5) PANELS_NAME(dw_window)(5, 1, g, ph, col, pstride, taps, tap_step, bias, out);
+    else return 0;
+    return 1;
+}
+
 #ifndef DW_RUNS
 #define DW_RUNS 4
 #endif
@@ -65,6 +169,7 @@ static void PANELS_NAME(dw_plane)(const cd_dw_geom *g, const float *x, const flo
         for (r += g->dw; r >= g->sw; r -= g->sw) q++;
     }
     PANELS_NAME(dw_phases)(g, x, scratch, rows, pstride);
+    if (PANELS_NAME(dw_windowed)(g, scratch, offset, pstride, taps, tap_step, bias, out)) return;
     for (int64_t r0 = 0; r0 < runs; r0 += DW_RUNS) {
         const float *base[DW_RUNS];
         int64_t at[DW_RUNS], len[DW_RUNS];
@@ -103,79 +208,107 @@ static int64_t PANELS_NAME(dw_block_scratch)(const cd_dw_geom *g) {
 
 /* Up to DW_LANES small planes at once, vectors along the channels: the planes
  * go zero-padded into a channels-last buffer (lane l = plane l), the taps
- * beside them, and each output pixel of all the planes is one run of
- * multiply-adds. Plane l is x + l * xs_c, its taps taps + l * ch_step (tap t
- * at t * tap_step), its output out + l * oh * ow. */
+ * beside them (or read in place where they already lie so: a panel of
+ * cd_pack_panels holds sixteen channels' taps side by side), and the output
+ * pixels of all the planes are runs of multiply-adds, DW_PIXELS pixels at a
+ * time (independent sums: one alone waits on each multiply-add). Plane l is
+ * x + l * xs_c, its taps taps + l * ch_step (tap t at t * tap_step), its
+ * output out + l * oh * ow. */
+#define DW_PIXELS 4
 static void PANELS_NAME(dw_block)(const cd_dw_geom *g, const float *x, int64_t xs_c, int64_t planes,
                                   const float *taps, int64_t ch_step, int64_t tap_step, const float *bias,
                                   float *out, float *scratch) {
     typedef PANELS_NAME(dw_vec) vec;
     const int64_t pw_ = g->w + 2 * g->pw, ph_ = g->h + 2 * g->ph, ntaps = g->kh * g->kw, n = g->oh * g->ow;
-    float *pad = scratch, *w = scratch + ph_ * pw_ * DW_LANES;
+    float *pad = scratch;
+    const float *w = taps;
     memset(pad, 0, (size_t)(ph_ * pw_ * DW_LANES) * sizeof(float));
-    memset(w, 0, (size_t)(ntaps * DW_LANES) * sizeof(float));
+    if (ch_step != 1 || tap_step != DW_LANES) {
+        float *wl = scratch + ph_ * pw_ * DW_LANES;
+        memset(wl, 0, (size_t)(ntaps * DW_LANES) * sizeof(float));
+        for (int64_t l = 0; l < planes; l++)
+            for (int64_t t = 0; t < ntaps; t++) wl[t * DW_LANES + l] = taps[l * ch_step + t * tap_step];
+        w = wl;
+    }
     vec init = (vec){0};
     for (int64_t l = 0; l < planes; l++) {
         const float *plane = x + l * xs_c;
         for (int64_t y = 0; y < g->h; y++)
             for (int64_t xx = 0; xx < g->w; xx++)
                 pad[((y + g->ph) * pw_ + xx + g->pw) * DW_LANES + l] = plane[y * g->xs_h + xx * g->xs_w];
-        for (int64_t t = 0; t < ntaps; t++) w[t * DW_LANES + l] = taps[l * ch_step + t * tap_step];
         if (bias) init[l] = bias[l];
     }
-    for (int64_t oy = 0; oy < g->oh; oy++)
-        for (int64_t ox = 0; ox < g->ow; ox++) {
-            vec acc = init;
-            for (int64_t i = 0; i < g->kh; i++) {
-                const float *row = pad + ((oy * g->sh + i * g->dh) * pw_ + ox * g->sw) * DW_LANES;
-                for (int64_t j = 0; j < g->kw; j++) {
-                    vec v, wv;
-                    memcpy(&v, row + j * g->dw * DW_LANES, sizeof v);
-                    memcpy(&wv, w + (i * g->kw + j) * DW_LANES, sizeof wv);
-                    acc += wv * v;
+    for (int64_t p0 = 0; p0 < n; p0 += DW_PIXELS) {
+        const float *at[DW_PIXELS];
+        vec acc[DW_PIXELS];
+        for (int k = 0; k < DW_PIXELS; k++) { /* past the last pixel: the last again, not stored */
+            const int64_t p = CD_MIN(p0 + k, n - 1), oy = p / g->ow, ox = p % g->ow;
+            at[k] = pad + (oy * g->sh * pw_ + ox * g->sw) * DW_LANES;
+            acc[k] = init;
+        }
+        for (int64_t i = 0; i < g->kh; i++)
+            for (int64_t j = 0; j < g->kw; j++) {
+                const int64_t o = (i * g->dh * pw_ + j * g->dw) * DW_LANES;
+                vec wv;
+                memcpy(&wv, w + (i * g->kw + j) * DW_LANES, sizeof wv);
+#pragma GCC unroll 4
+                for (int k = 0; k < DW_PIXELS; k++) {
+                    vec v;
+                    memcpy(&v, at[k] + o, sizeof v);
+                    acc[k] += wv * v;
                 }
             }
-            for (int64_t l = 0; l < planes; l++) out[l * n + oy * g->ow + ox] = acc[l];
-        }
+        for (int k = 0; k < DW_PIXELS && p0 + k < n; k++)
+            for (int64_t l = 0; l < planes; l++) out[l * n + p0 + k] = acc[k][l];
+    }
 }
 
-static void PANELS_NAME(epilogue)(float *restrict y, int64_t n, const float *restrict res, const cd_act *act) {
+/* The epilogue's passes over a rows x n block (row stride ld): one loop nest
+ * per activation, the choice made once per block (tiles' rows are short). */
+#define EPI_EACH(stmt)                                    \
+    for (int64_t r = 0; r < rows; r++) {                  \
+        float *restrict yr = y + r * ld;                  \
+        for (int64_t i = 0; i < n; i++) {                 \
+            const float v = yr[i];                        \
+            stmt;                                         \
+        }                                                 \
+    }
+
+static void PANELS_NAME(epilogue)(float *y, int64_t rows, int64_t n, int64_t ld, const float *res, const cd_act *act) {
     if (res)
-        for (int64_t i = 0; i < n; i++) y[i] += res[i];
+        for (int64_t r = 0; r < rows; r++) {
+            float *restrict yr = y + r * ld;
+            const float *restrict rr = res + r * ld;
+            for (int64_t i = 0; i < n; i++) yr[i] += rr[i];
+        }
     const float a = act->alpha, b = act->beta;
     switch (act->code) { /* NaN stays NaN, as in the ops these fuse */
-    case CD_ACT_relu:
-        for (int64_t i = 0; i < n; i++) y[i] = y[i] <= 0 ? 0.0f : y[i];
+    case CD_ACT_relu: EPI_EACH(yr[i] = v <= 0 ? 0.0f : v) break;
+    case CD_ACT_leaky_relu: EPI_EACH(yr[i] = v > 0 ? v : a * v) break;
+    case CD_ACT_clip: EPI_EACH(yr[i] = v < a ? a : v > b ? b : v) break;
+    case CD_ACT_hard_sigmoid: EPI_EACH(const float h = a * v + b; yr[i] = h < 0 ? 0.0f : h > 1 ? 1.0f : h) break;
+    case CD_ACT_hard_swish: /* ONNX HardSwish: alpha = 1/6 (a multiply, not a divide) */
+        EPI_EACH(const float h = v * (1.0f / 6.0f) + 0.5f; yr[i] = v * (h < 0 ? 0.0f : h > 1 ? 1.0f : h)) break;
+    case CD_ACT_sigmoid:
+        for (int64_t r = 0; r < rows; r++) cd_unary_loop(CD_UNARY_sigmoid, CD_f32)(n, y + r * ld, y + r * ld);
         break;
-    case CD_ACT_leaky_relu:
-        for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0 ? y[i] : a * y[i];
+    case CD_ACT_tanh:
+        for (int64_t r = 0; r < rows; r++) cd_unary_loop(CD_UNARY_tanh, CD_f32)(n, y + r * ld, y + r * ld);
         break;
-    case CD_ACT_clip:
-        for (int64_t i = 0; i < n; i++) y[i] = y[i] < a ? a : y[i] > b ? b : y[i];
+    case CD_ACT_gelu_erf:
+        for (int64_t r = 0; r < rows; r++) cd_unary_loop(CD_UNARY_gelu_erf, CD_f32)(n, y + r * ld, y + r * ld);
         break;
-    case CD_ACT_hard_sigmoid:
-        for (int64_t i = 0; i < n; i++) {
-            float v = a * y[i] + b;
-            y[i] = v < 0 ? 0.0f : v > 1 ? 1.0f : v;
-        }
+    case CD_ACT_silu:
+        for (int64_t r = 0; r < rows; r++) cd_unary_loop(CD_UNARY_silu, CD_f32)(n, y + r * ld, y + r * ld);
         break;
-    case CD_ACT_hard_swish:
-        for (int64_t i = 0; i < n; i++) {
-            float v = y[i] / 6.0f + 0.5f;
-            y[i] *= v < 0 ? 0.0f : v > 1 ? 1.0f : v;
-        }
-        break;
-    case CD_ACT_sigmoid: cd_unary_loop(CD_UNARY_sigmoid, CD_f32)(n, y, y); break;
-    case CD_ACT_tanh: cd_unary_loop(CD_UNARY_tanh, CD_f32)(n, y, y); break;
-    case CD_ACT_gelu_erf: cd_unary_loop(CD_UNARY_gelu_erf, CD_f32)(n, y, y); break;
-    case CD_ACT_silu: cd_unary_loop(CD_UNARY_silu, CD_f32)(n, y, y); break;
     default: break;
     }
     if (act->scale != 1.0f || act->shift != 0.0f) {
         const float sc = act->scale, sh = act->shift;
-        for (int64_t i = 0; i < n; i++) y[i] = y[i] * sc + sh;
+        EPI_EACH(yr[i] = v * sc + sh)
     }
 }
+#undef EPI_EACH
 
 /* Fills the set's entries (its tile is set by the including file). */
 static void PANELS_NAME(fill_panels)(cd_isa_ops *ops) {

@@ -47,10 +47,16 @@ static inline __attribute__((always_inline)) void tile_body(const int MR, const 
         ROWS(STEP)
 #undef STEP
     }
-#define STORE(i)                                                          \
-    if (i < MR) {                                                         \
-        _mm256_maskstore_ps(c + i * ldc, m0, c##i##0);                    \
-        if (NV > 1) _mm256_maskstore_ps(c + i * ldc + 8, m1, c##i##1);    \
+    /* Whole vectors go out unmasked: a masked store is slow, and a load of
+     * its bytes (the epilogue's, right after) is not forwarded from it. */
+    const int full0 = _mm256_movemask_ps(_mm256_castsi256_ps(m0)) == 0xFF;
+    const int full1 = _mm256_movemask_ps(_mm256_castsi256_ps(m1)) == 0xFF;
+#define STORE(i)                                                                   \
+    if (i < MR) {                                                                  \
+        if (full0) _mm256_storeu_ps(c + i * ldc, c##i##0);                         \
+        else _mm256_maskstore_ps(c + i * ldc, m0, c##i##0);                        \
+        if (NV > 1 && full1) _mm256_storeu_ps(c + i * ldc + 8, c##i##1);           \
+        else if (NV > 1) _mm256_maskstore_ps(c + i * ldc + 8, m1, c##i##1);        \
     }
     ROWS(STORE)
 #undef STORE

@@ -48,10 +48,15 @@ static inline __attribute__((always_inline)) void tile_body(const int MR, const 
         ROWS(STEP)
 #undef STEP
     }
-#define STORE(i)                                                                 \
-    if (i < MR) {                                                                \
-        _mm512_mask_storeu_ps(c + i * ldc, m0, c##i##0);                         \
-        if (NV > 1) _mm512_mask_storeu_ps(c + i * ldc + 16, m1, c##i##1);        \
+    /* Whole vectors go out unmasked: a load of a masked store's bytes (the
+     * epilogue's, right after) waits for the store to retire instead of being
+     * forwarded. */
+#define STORE(i)                                                                              \
+    if (i < MR) {                                                                             \
+        if (m0 == 0xFFFF) _mm512_storeu_ps(c + i * ldc, c##i##0);                             \
+        else _mm512_mask_storeu_ps(c + i * ldc, m0, c##i##0);                                 \
+        if (NV > 1 && m1 == 0xFFFF) _mm512_storeu_ps(c + i * ldc + 16, c##i##1);              \
+        else if (NV > 1) _mm512_mask_storeu_ps(c + i * ldc + 16, m1, c##i##1);                \
     }
     ROWS(STORE)
 #undef STORE
