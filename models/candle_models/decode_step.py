@@ -26,6 +26,7 @@ from candle_api.autograd.graph import is_grad_enabled
 from candle_api.dtype import f32, u8
 from candle_api.layout import Layout
 from candle_api.ops import dispatch
+from candle_api.ops.core import make
 
 from .decoder import KVCache
 
@@ -123,6 +124,7 @@ class DecodeStep:
         self.products = [[_bind_product(kern, dev, parts, n) for parts, n in zip(projections, inputs)]
                          for _, projections, _, _ in self.layers]
         self.head_product = _bind_product(kern, dev, self.head, hidden)
+        self.lay_logits = Layout.contig((1, 1, sum(p[4] for p in self.head)))
         heads = Layout.contig((1, 1, h + 2 * kvh, d)).transpose(1, 2)  # q/k/v's heads, (1, heads, 1, d)
         self.lay_rope_in = heads.narrow(1, 0, h + kvh)
         self.lay_qk = Layout.contig((1, h + kvh, 1, d))
@@ -166,13 +168,9 @@ class DecodeStep:
         cache.advance(1)
         w, eps = self.final_norm
         k["rms_norm"](b["n"], xs, xl, w._storage, w._layout, eps)
-        vocab = sum(p[4] for p in self.head)
-        out = self.dev.alloc(vocab * 4)
+        out = self.dev.alloc(self.lay_logits.numel * 4)
         self.head_product(out, b["n"])
-        t = object.__new__(c.Tensor)
-        t._storage = out; t._layout = Layout.contig((1, 1, vocab)); t._dtype = f32; t._device = self.dev  # noqa: E702
-        t._node = None
-        return t
+        return make(out, self.lay_logits, f32, self.dev)
 
 
 def decode_step(model, cache):

@@ -45,6 +45,7 @@ class Pooled:
         self.cpu = cpu_library.load()
         self.ptr = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
                     for name in (*_GEMM_NAMES.values(), *_GEMV_NAMES.values())}
+        self.vm_ptr = {}  # a vector-math function's address, taken at its first call
 
     def _done(self, rc: int) -> None:
         _check_fatal()
@@ -59,7 +60,9 @@ class Pooled:
         self._done(self.cpu.cd_pooled_gemv(kind, self.ptr[_GEMV_NAMES[kind]], trans, rows, cols, a, lda, x, incx, y))
 
     def vm(self, form, fn, size, n, a, b, scalar, r, mode):
-        address = ctypes.cast(fn, ctypes.c_void_p).value
+        address = self.vm_ptr.get(fn.__name__)
+        if address is None:
+            address = self.vm_ptr[fn.__name__] = ctypes.cast(fn, ctypes.c_void_p).value
         self._done(self.cpu.cd_pooled_vm(form, address, size, n, a, b, scalar, r, mode))
 
 

@@ -25,19 +25,20 @@ def softmax(fn, log, dt):
     return kernel
 
 
+def _norm_rows(fn, dt, out, x, lx, r_ptr, w, lw, b, lb, eps, rms):
+    """cd_norm_last over x's rows (plus the residual at r_ptr, when given)."""
+    isz = dt.itemsize
+    b_ptr = b.ptr + lb.offset * isz if b is not None else None
+    if fn(dt.code, lay(lx.shape, lx.strides), x.ptr + lx.offset * isz, r_ptr, w.ptr + lw.offset * isz, b_ptr,
+          out.ptr, eps, rms):
+        raise error()
+
+
 def norm(fn, rms, dt):
     """k(out, x, lx, w, lw, b, lb, eps) for layer_norm (rms 0), k(out, x, lx, w, lw, eps) for rms_norm (1)."""
-    isz = dt.itemsize
-
     def kernel(out, x, lx, w, lw, *rest):
-        if rms:
-            b_ptr, eps = None, rest[0]
-        else:
-            b, lb, eps = rest
-            b_ptr = b.ptr + lb.offset * isz if b is not None else None
-        if fn(dt.code, lay(lx.shape, lx.strides), x.ptr + lx.offset * isz, None, w.ptr + lw.offset * isz, b_ptr,
-              out.ptr, eps, rms):
-            raise error()
+        b, lb, eps = (None, None, rest[0]) if rms else rest
+        _norm_rows(fn, dt, out, x, lx, None, w, lw, b, lb, eps, rms)
 
     return kernel
 
@@ -47,10 +48,7 @@ def skip_norm(fn, dt):
     isz = dt.itemsize
 
     def kernel(out, x, lx, r, lr, w, lw, b, lb, eps):
-        b_ptr = b.ptr + lb.offset * isz if b is not None else None
-        if fn(dt.code, lay(lx.shape, lx.strides), x.ptr + lx.offset * isz, r.ptr + lr.offset * isz,
-              w.ptr + lw.offset * isz, b_ptr, out.ptr, eps, 0):
-            raise error()
+        _norm_rows(fn, dt, out, x, lx, r.ptr + lr.offset * isz, w, lw, b, lb, eps, 0)
 
     return kernel
 

@@ -126,21 +126,22 @@ static int gemv_parts(void *ctx, int64_t b0, int64_t b1) {
 }
 
 /* y's entries i0..i1: the blocks' partial sums, added in block order. */
+#define GEN_GEMV_SUM(T)                                                              \
+    static void gemv_sum_##T(const gemv_job *j, int64_t i0, int64_t i1) {            \
+        const T *p = (const T *)j->part;                                             \
+        for (int64_t i = i0; i < i1; i++) {                                          \
+            T acc = p[i];                                                            \
+            for (int64_t b = 1; b < j->nparts; b++) acc += p[b * j->cols + i];        \
+            ((T *)j->y)[i] = acc;                                                    \
+        }                                                                            \
+    }
+GEN_GEMV_SUM(float)
+GEN_GEMV_SUM(double)
+
 static int gemv_sum(void *ctx, int64_t i0, int64_t i1) {
     const gemv_job *j = ctx;
-    for (int64_t i = i0; i < i1; i++) {
-        if (j->sz == 8) {
-            const double *p = (const double *)j->part;
-            double acc = p[i];
-            for (int64_t b = 1; b < j->nparts; b++) acc += p[b * j->cols + i];
-            ((double *)j->y)[i] = acc;
-        } else {
-            const float *p = (const float *)j->part;
-            float acc = p[i];
-            for (int64_t b = 1; b < j->nparts; b++) acc += p[b * j->cols + i];
-            ((float *)j->y)[i] = acc;
-        }
-    }
+    if (j->sz == 8) gemv_sum_double(j, i0, i1);
+    else gemv_sum_float(j, i0, i1);
     return 0;
 }
 
