@@ -1,7 +1,7 @@
 """A decoding step in one call: the plan of candle_models.decode_step's bound step as the C structs of
 ``cd_decode_step`` (kernels/decode.c), so that a token costs one ctypes call instead of ~13 a layer.
 
-``bind(lib, spec)`` takes what the bound step holds (see :func:`bind`) and returns ``run(pos, x, cos,
+``bind(lib, alloc, spec)`` takes what the bound step holds (see :func:`bind`) and returns ``run(pos, x, cos,
 sin, logits)``, or None where the plan is not one the C step serves (it then runs its kernels one by
 one, as on any other device)."""
 
@@ -90,7 +90,8 @@ def bind(lib, alloc, spec: dict):
         return None
     x = ((1, 1, hidden), (hidden, hidden, 1))
     rope = spec["rope_in"]
-    # the packed descriptors and the structs live as long as the plan's closure
+    # the packed descriptors, the structs and the storages they point into (the spec's) live as long as
+    # the plan's closure
     keep = [lay(*x), pack(rope.shape), pack(rope.strides), desc]
     work = alloc(4 * (4 * hidden + 2 * (h + 2 * kvh) * d + h * d + 3 * ffn))  # cd_dplan's work
     plan = Plan(len(layers), hidden, h, kvh, d, ffn, shape[2], shape[2] * d, int(spec["interleaved"]),
@@ -102,6 +103,6 @@ def bind(lib, alloc, spec: dict):
         if fn(ref, pos, x_ptr, cos_ptr, sin_ptr, logits_ptr):
             raise error()
 
-    run.keep = (keep, layers, plan, work)
+    run.keep = (keep, layers, plan, work, spec)
     return run
 
