@@ -5,6 +5,10 @@ the contract (the kernels are in :mod:`candle_api.contract.table`).
 it against this Protocol when the device is first made and names whatever is
 missing. Storages are opaque to the core except for the attributes of
 :class:`Storage`; kernels of the same plugin know what else they hold.
+
+Optional, outside the Protocol: ``bind_decode_step(spec)``, a bound decoding step
+of a Llama-family model run in one call (candle_models.decode_step passes the
+spec; the cpu plugin's candle_backend_cpu/decode.py documents it).
 """
 
 from __future__ import annotations

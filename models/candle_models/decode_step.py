@@ -7,7 +7,9 @@ A decoding step runs ~23 ops a layer on vectors of a few hundred values: their P
 model as much as the quantized products themselves. Here the layouts and buffers of every op are
 made when the step is bound to a cache, and a step calls 13 kernels a layer on them. The kernels
 are the ones the model's own forward reaches, on the same inputs, so the logits are the same bit
-for bit (tests/models/test_llama_decode_step.py checks it).
+for bit (tests/models/test_llama_decode_step.py checks it). A device whose backend offers
+``bind_decode_step(spec)`` (the cpu's) takes the whole bound step and runs it in one call of the same
+kernels: even bound, ~400 calls from Python cost a token ~0.8 ms, as much as a second thread saves.
 
 It serves the plain case only, and the model's forward takes it only there: f32 activations,
 quantized weights (no bias), a silu MLP, no per-head norm, a
@@ -105,7 +107,7 @@ class DecodeStep:
     last position's logits (1, 1, vocab) and advances the cache, as ``model(ids, cache, last_only=True)``
     does. Bound to the cache's buffers: a cache that grows binds a new step."""
 
-    def __init__(self, model, cache, plan, kern: dict):
+    def __init__(self, model, cache, plan, kern: dict, one_call: bool = True):
         cfg = model.config
         self.model, self.cache, (self.layers, self.head, self.final_norm) = model, cache, plan
         self.keys, self.values = list(cache.keys), list(cache.values)
@@ -130,15 +132,39 @@ class DecodeStep:
         self.lay_qk = Layout.contig((1, h + kvh, 1, d))
         self.lay_q = self.lay_qk.narrow(1, 0, h).reshape((1, kvh, h // kvh, d))  # grouped queries: plain attention
         self.lay_k_new, self.lay_v_new = self.lay_qk.narrow(1, h, kvh), heads.narrow(1, h + kvh, kvh)
+        self.one_call = self._bind_one_call(cfg) if one_call else None
+
+    def _bind_one_call(self, cfg):
+        """The device's whole step in one call (its bind_decode_step), or None."""
+        bind = getattr(self.dev.backend, "bind_decode_step", None)
+        cos, _ = self.model.rotary.cos_sin(0, 1)
+        if bind is None or len(cos.shape) != 2 or not cos._layout.contiguous:
+            return None
+        return bind({"hidden": cfg.hidden_size, "heads": cfg.num_attention_heads, "kv_heads": cfg.num_key_value_heads,
+                     "head_dim": cfg.head_dim, "ffn": cfg.intermediate_size, "interleaved": cfg.rope_interleaved,
+                     "layers": self.layers, "head": self.head, "final_norm": self.final_norm, "keys": self.keys,
+                     "values": self.values, "rope_in": self.lay_rope_in, "q": self.lay_q})
 
     def __call__(self, ids) -> c.Tensor:
-        cache, k = self.cache, self.kern
+        cache = self.cache
         pos = cache.length
-        end = pos + 1
-        if end > cache.shape[2]:
+        if pos + 1 > cache.shape[2]:
             raise RuntimeError("DecodeStep: the cache is full (the model's forward grows it)")
         x = self.model.embed(ids)
         cos, sin = self.model.rotary.cos_sin(pos, 1)
+        out = self.dev.alloc(self.lay_logits.numel * 4)
+        if self.one_call is not None and x._layout.contiguous:  # (an embedding's row is)
+            self.one_call(pos, x._storage.ptr + x._layout.offset * 4, cos._storage.ptr + cos._layout.offset * 4,
+                          sin._storage.ptr + sin._layout.offset * 4, out.ptr)
+        else:
+            self._layers(pos, x, cos, sin, out)
+        cache.advance(1)
+        return make(out, self.lay_logits, f32, self.dev)
+
+    def _layers(self, pos, x, cos, sin, out) -> None:
+        """The step's kernels one by one, the logits into out."""
+        cache, k = self.cache, self.kern
+        end = pos + 1
         slot = cache.keys[0]._layout.narrow(2, pos, 1)
         span = {}  # the keys each window sees: a layout of the cache's buffers
         xs, xl = x._storage, x._layout
@@ -165,12 +191,9 @@ class DecodeStep:
             xs = b["x0"] if x1 is b["x1"] else b["x1"]
             k["add"](xs, x1, self.lay_x, b["y"], self.lay_x)
             xl = self.lay_x
-        cache.advance(1)
         w, eps = self.final_norm
         k["rms_norm"](b["n"], xs, xl, w._storage, w._layout, eps)
-        out = self.dev.alloc(self.lay_logits.numel * 4)
         self.head_product(out, b["n"])
-        return make(out, self.lay_logits, f32, self.dev)
 
 
 def decode_step(model, cache):

@@ -137,6 +137,14 @@ class CpuDevice:
         if self._lib.cd_random(dtype.code, dist, n, storage.ptr, seed, offset, p0, p1):
             raise library.error()
 
+    # ---- a decoding step in one call (optional: candle_models.decode_step) ----------------
+    def bind_decode_step(self, spec: dict):
+        """``run(pos, x_ptr, cos_ptr, sin_ptr, logits_ptr)``: a bound decoding step's kernels in one
+        call, or None where its plan is not one the C step serves (candle_backend_cpu.decode)."""
+        from . import decode
+
+        return decode.bind(self._lib, self.alloc, spec)
+
     # ---- threads ------------------------------------------------------------------------
     def get_num_threads(self) -> int:
         return self._lib.cd_get_num_threads()

@@ -17,7 +17,7 @@ from candle_api.dtype import NUMERIC_DTYPES
 from candle_api.errors import BackendUnavailableError, IndexOutOfRangeError, KernelError
 
 LIB_NAME = "libcandle_cpu.so"
-ABI_VERSION = 7
+ABI_VERSION = 8
 #: Set to load another build of the library (a sanitizer build in CI, say).
 ENV_OVERRIDE = "CANDLE_CPU_LIB"
 
@@ -97,6 +97,8 @@ SIGNATURES = {
     "cd_matmul_int8": (c_int, [c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
                                c_void_p]),
     "cd_random": (c_int, [c_int32, c_int32, c_int64, c_void_p, c_uint64, c_uint64, c_double, c_double]),
+    # the plan: a cd_dplan (candle_backend_cpu.decode.Plan)
+    "cd_decode_step": (c_int, [c_void_p, c_int64, c_void_p, c_void_p, c_void_p, c_void_p]),
 }
 
 _lib = None

@@ -94,15 +94,20 @@ def bias_gelu(fn, dt):
     return kernel
 
 
+def sdpa_desc(lq, lk, lv, lm, causal) -> bytes:
+    """cd_sdpa's descriptor for these layouts (lm None: no mask)."""
+    *batch, n_q, e = lq.shape
+    n_k, e_v = lk.shape[-2], lv.shape[-1]
+    rows = [*lq.strides, *lk.strides, *lv.strides, *(lm.strides if lm is not None else [0] * len(lq.shape))]
+    return pack([len(batch), n_q, n_k, e, e_v, int(causal), *batch, *rows])
+
+
 def sdpa(fn, dt):
     """k(out, q, lq, k, lk, v, lv, mask, lmask, mask_dtype, causal, scale)."""
     isz = dt.itemsize
 
     def kernel(out, q, lq, k, lk, v, lv, mask, lm, mask_dtype, causal, scale):
-        *batch, n_q, e = lq.shape
-        n_k, e_v = lk.shape[-2], lv.shape[-1]
-        rows = [*lq.strides, *lk.strides, *lv.strides, *(lm.strides if mask is not None else [0] * len(lq.shape))]
-        desc = pack([len(batch), n_q, n_k, e, e_v, int(causal), *batch, *rows])
+        desc = sdpa_desc(lq, lk, lv, lm if mask is not None else None, causal)
         m_ptr = mask.ptr + lm.offset * mask_dtype.itemsize if mask is not None else None
         if fn(dt.code, desc, q.ptr + lq.offset * isz, k.ptr + lk.offset * isz, v.ptr + lv.offset * isz, m_ptr,
               mask_dtype.code if mask is not None else -1, out.ptr, scale):

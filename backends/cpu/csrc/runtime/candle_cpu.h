@@ -25,7 +25,7 @@ extern "C" {
 
 /* Bumped whenever a signature below changes; the Python side refuses a library
  * whose version differs from the one it was written for. */
-#define CD_ABI_VERSION 7
+#define CD_ABI_VERSION 8
 
 /* Most dimensions an op accepts (the Python core enforces the same limit). */
 #define CD_MAX_DIMS 32
@@ -321,6 +321,51 @@ CD_API int cd_qmatmul_packed(int32_t type, int64_t m, int64_t n, int64_t k, cons
  * blocks of the type); an id outside [0, rows) fails. */
 CD_API int cd_qembedding(int32_t type, int64_t rows, int64_t k, const void *w, int32_t id_dtype, int64_t nids,
                          const void *ids, float *out);
+
+/* ---- a decoding step in one call (kernels/decode.c) -------------------
+ * One token of one sequence through a Llama-family decoder with quantized
+ * weights (no bias), f32 activations, rms norms, a SwiGLU MLP and a cache of
+ * batch 1: the bound step of candle_models.decode_step, its kernels called from
+ * C. A product is up to CD_DECODE_MAX_PARTS parts written side by side (each
+ * part n rows of a type, packed by cd_qpack or not). The cache of a layer is
+ * (kv_heads, capacity, head_dim) contiguous per head, heads cache_head_stride
+ * apart. work holds 4 * hidden + 2 * width + heads * head_dim + 3 * ffn floats
+ * (width = (heads + 2 kv_heads) head_dim). norm_desc: the lay of a (1, 1,
+ * hidden) row for cd_norm_last; rope_shape and rope_strides: the roped heads
+ * of q/k/v for cd_rope; sdpa_desc: cd_sdpa's desc for one step, its key count
+ * set per step. x is the token's embedding (hidden), cos and sin its
+ * position's rows, logits the head's n. */
+#define CD_DECODE_MAX_PARTS 3
+#define CD_DECODE_SDPA_DESC 24
+typedef struct {
+    int32_t type, packed;
+    int64_t n;
+    const void *w;
+} cd_dpart;
+typedef struct {
+    int64_t nparts;
+    cd_dpart part[CD_DECODE_MAX_PARTS];
+} cd_dproj;
+typedef struct {
+    const float *norm[2];
+    double eps[2];
+    cd_dproj qkv, o, gu, down;
+    float *keys, *values;
+    int64_t window; /* the keys a query sees (0: all) */
+    double scale;
+} cd_dlayer;
+typedef struct {
+    int64_t n_layers, hidden, heads, kv_heads, head_dim, ffn, capacity, cache_head_stride;
+    int32_t interleaved;
+    const int64_t *norm_desc, *rope_shape, *rope_strides, *sdpa_desc;
+    const cd_dlayer *layers;
+    const float *final_norm;
+    double final_eps;
+    cd_dproj head;
+    float *work;
+} cd_dplan;
+CD_API int cd_decode_step(const cd_dplan *plan, int64_t pos, const float *x, const float *cos, const float *sin,
+                          float *logits);
 
 /* ---- an external BLAS on this library's pool (kernels/pooled_blas.c) ---
  * fn is a sequential build's function, called from the pool's threads on
