@@ -169,6 +169,22 @@ QP_INLINE void iq4xs_scales(const char *tile, qp_kscales *out) {
     }
 }
 
+/* iq4_xs: the products of one sub-block (4 runs from `runs`) with row i's activations at a[i]->qs + y0, as
+ * acc[i]. A sub-block a call, not an index: accumulators indexed by a loop variable would live on the stack. */
+QP_INLINE void iq4xs_sub(int mr, const char *runs, qp_i table, const cd_block_q8_K *const a[4], int y0, qp_i acc[4]) {
+    const qp_i low = qp_set1_8(0x0f);
+    for (int i = 0; i < mr; i++) acc[i] = qp_zero();
+    for (int w = 0; w < 4; w++) {
+        const qp_i q = qp_load(runs + 64 * w);
+        const qp_i lo = qp_shuffle(table, qp_and(q, low)), hi = qp_shuffle(table, qp_and(qp_srli4(q), low));
+        for (int i = 0; i < mr; i++) {
+            const int8_t *y = a[i]->qs + y0 + 4 * w;
+            acc[i] = QP_VNNI ? qp_dp2(acc[i], lo, qp_bcast4(y), hi, qp_bcast4(y + 16))
+                             : qp_dp2_signed(acc[i], lo, qp_bcast4(y), hi, qp_bcast4(y + 16));
+        }
+    }
+}
+
 QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *act, int64_t act_row, float *y,
                       int64_t ldy) {
     const int q4k = type == CD_Q4_K, tile_bytes = q4k ? 2304 : 2176, qs = q4k ? 256 : 128;
@@ -192,31 +208,28 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
         for (int j = 0; j < 4; j++) {
             qp_i acc[4][2]; /* sub-blocks 2j and 2j + 1 */
             for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
-            for (int u = 0; u < 8; u += 2) {
-                qp_i lo[2], hi[2];
-                for (int v = 0; v < 2; v++) {
-                    const qp_i q = qp_load(tile + qs + 64 * (8 * j + u + v));
-                    lo[v] = qp_and(q, low);
-                    hi[v] = qp_and(qp_srli4(q), low);
-                    if (!q4k) {
-                        lo[v] = qp_shuffle(table, lo[v]);
-                        hi[v] = qp_shuffle(table, hi[v]);
+            if (q4k)
+                for (int u = 0; u < 8; u += 2) {
+                    qp_i lo[2], hi[2];
+                    for (int v = 0; v < 2; v++) {
+                        const qp_i q = qp_load(tile + qs + 64 * (8 * j + u + v));
+                        lo[v] = qp_and(q, low);
+                        hi[v] = qp_and(qp_srli4(q), low);
                     }
-                }
-                for (int i = 0; i < mr; i++) {
-                    const int8_t *ya = a[i]->qs + 64 * j;
-                    if (q4k) {
+                    for (int i = 0; i < mr; i++) {
+                        const int8_t *ya = a[i]->qs + 64 * j;
                         acc[i][0] = qp_dp2(acc[i][0], lo[0], qp_bcast4(ya + 4 * u), lo[1], qp_bcast4(ya + 4 * u + 4));
                         acc[i][1] = qp_dp2(acc[i][1], hi[0], qp_bcast4(ya + 32 + 4 * u), hi[1],
                                            qp_bcast4(ya + 36 + 4 * u));
-                    } else {
-                        for (int v = 0; v < 2; v++) {
-                            const int w = u + v, off = 32 * (w / 4) + 4 * (w % 4);
-                            qp_i *s = &acc[i][w / 4];
-                            *s = QP_VNNI ? qp_dp2(*s, lo[v], qp_bcast4(ya + off), hi[v], qp_bcast4(ya + off + 16))
-                                         : qp_dp2_signed(*s, lo[v], qp_bcast4(ya + off), hi[v], qp_bcast4(ya + off + 16));
-                        }
                     }
+                }
+            else {
+                qp_i lo[4], hi[4];
+                iq4xs_sub(mr, tile + qs + 64 * 8 * j, table, a, 64 * j, lo);
+                iq4xs_sub(mr, tile + qs + 64 * (8 * j + 4), table, a, 64 * j + 32, hi);
+                for (int i = 0; i < mr; i++) {
+                    acc[i][0] = lo[i];
+                    acc[i][1] = hi[i];
                 }
             }
             for (int i = 0; i < mr; i++)
