@@ -43,18 +43,19 @@ typedef struct {
     int offset;            /* levels are u - offset */
     int signed_levels;     /* without VNNI q8_0 and the table types multiply signed levels */
     int a_size, a_levels;  /* the activation blocks (q8_0 or q8_1) and where their levels start */
+    int hi16;              /* high nibbles kept in place (16 x level): one AND instead of a shift and an AND */
 } qp_t32;
 
 QP_INLINE qp_t32 t32(int type) {
     const int vnni = QP_VNNI;
     switch (type) {
-    case CD_Q4_0: return (qp_t32){type, 288, -1, -1, 32, 8, 0, 34, 2};
-    case CD_Q4_1: return (qp_t32){type, 320, 32, -1, 64, 0, 0, 36, 4};
-    case CD_Q5_0: return (qp_t32){type, 352, -1, 32, 96, 16, 0, 34, 2};
-    case CD_Q5_1: return (qp_t32){type, 384, 32, 64, 128, 0, 0, 36, 4};
-    case CD_Q8_0: return (qp_t32){type, 544, -1, -1, 32, vnni ? 128 : 0, !vnni, 34, 2};
-    case CD_IQ4_NL: return (qp_t32){type, 288, -1, -1, 32, vnni ? 128 : 0, !vnni, 34, 2};
-    default: return (qp_t32){type, 272, -1, -1, 16, vnni ? 128 : 0, !vnni, 34, 2}; /* CD_MXFP4 */
+    case CD_Q4_0: return (qp_t32){type, 288, -1, -1, 32, 8, 0, 34, 2, vnni};
+    case CD_Q4_1: return (qp_t32){type, 320, 32, -1, 64, 0, 0, 36, 4, vnni};
+    case CD_Q5_0: return (qp_t32){type, 352, -1, 32, 96, 16, 0, 34, 2, 0};
+    case CD_Q5_1: return (qp_t32){type, 384, 32, 64, 128, 0, 0, 36, 4, 0};
+    case CD_Q8_0: return (qp_t32){type, 544, -1, -1, 32, vnni ? 128 : 0, !vnni, 34, 2, 0};
+    case CD_IQ4_NL: return (qp_t32){type, 288, -1, -1, 32, vnni ? 128 : 0, !vnni, 34, 2, 0};
+    default: return (qp_t32){type, 272, -1, -1, 16, vnni ? 128 : 0, !vnni, 34, 2, 0}; /* CD_MXFP4 */
     }
 }
 
@@ -70,7 +71,8 @@ QP_INLINE void levels32(qp_t32 t, const char *tile, int s, qp_i table, qp_i *lo,
     }
     const qp_i q = qp_load(tile + t.qs + 64 * s), low = qp_set1_8(0x0f);
     *lo = qp_and(q, low);
-    *hi = qp_and(qp_srli4(q), low);
+    /* 16 x level < 256 fits vpdpbusd's unsigned bytes (not vpmaddubsw's 16-bit pair sums) */
+    *hi = t.hi16 ? qp_and(q, qp_set1_8((char)0xf0)) : qp_and(qp_srli4(q), low);
     if (t.bits >= 0) { /* masks 2s and 2s + 1 */
         *lo = qp_or(*lo, qp_bits16(tile + t.bits + 16 * s));
         *hi = qp_or(*hi, qp_bits16(tile + t.bits + 16 * s + 8));
@@ -109,17 +111,19 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
         const char *tile = g + b * t.tile;
         qp_i acc[4][2];
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
-        for (int s = 0; s < 4; s++) {
-            qp_i lo, hi;
-            levels32(t, tile, s, table, &lo, &hi);
+        for (int s = 0; s < 4; s += 2) { /* acc[i][0]: the low levels' products, acc[i][1]: the high ones' */
+            qp_i lo[2], hi[2];
+            levels32(t, tile, s, table, &lo[0], &hi[0]);
+            levels32(t, tile, s + 1, table, &lo[1], &hi[1]);
             for (int i = 0; i < mr; i++) {
-                const int8_t *yb = (const int8_t *)(a[i] + b * t.a_size + t.a_levels);
-                acc[i][s & 1] = dot2(t, acc[i][s & 1], lo, yb + 4 * s, hi, yb + 16 + 4 * s);
+                const int8_t *yb = (const int8_t *)(a[i] + b * t.a_size + t.a_levels) + 4 * s;
+                acc[i][0] = dot2(t, acc[i][0], lo[0], yb, lo[1], yb + 4);
+                acc[i][1] = dot2(t, acc[i][1], hi[0], yb + 16, hi[1], yb + 20);
             }
         }
         const qp_f d = scale32(t, tile);
         for (int i = 0; i < mr; i++) {
-            qp_i isum = qp_add32(acc[i][0], acc[i][1]);
+            qp_i isum = qp_add32(acc[i][0], t.hi16 ? qp_srai32(acc[i][1], 4) : acc[i][1]);
             if (t.offset) isum = qp_sub32(isum, qp_set1_32(t.offset * ys[i][b]));
             sum[i] = qp_fma(qp_cvt(isum), qp_mul(d, qp_set1f(as[i][b])), sum[i]);
             if (t.min >= 0) sum[i] = qp_fma(qp_f16(tile + t.min), qp_set1f(as[i][b] * (float)ys[i][b]), sum[i]);
