@@ -70,6 +70,7 @@ static inline qp_i qp_dp2_signed(qp_i acc, qp_i x1, qp_i y1, qp_i x2, qp_i y2) {
                   dp1_signed(dp1_signed(acc.hi, x1.hi, y1.hi), x2.hi, y2.hi)};
 }
 static inline qp_i qp_srli32(qp_i a, int n) { return (qp_i){_mm256_srli_epi32(a.lo, n), _mm256_srli_epi32(a.hi, n)}; }
+static inline qp_i qp_srai32(qp_i a, int n) { return (qp_i){_mm256_srai_epi32(a.lo, n), _mm256_srai_epi32(a.hi, n)}; }
 static inline qp_i qp_slli32(qp_i a, int n) { return (qp_i){_mm256_slli_epi32(a.lo, n), _mm256_slli_epi32(a.hi, n)}; }
 static inline qp_i qp_mullo(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_mullo_epi32); }
 static inline qp_i qp_from_u8(__m128i b) { return (qp_i){_mm256_cvtepu8_epi32(b), _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))}; }

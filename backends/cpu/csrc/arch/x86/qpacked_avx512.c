@@ -45,6 +45,7 @@ static inline qp_i qp_dp2_signed(qp_i acc, qp_i x1, qp_i y1, qp_i x2, qp_i y2) {
     return qp_dp2(acc, x1, y1, x2, y2);
 }
 static inline qp_i qp_srli32(qp_i a, int n) { return _mm512_srli_epi32(a, (unsigned)n); }
+static inline qp_i qp_srai32(qp_i a, int n) { return _mm512_srai_epi32(a, (unsigned)n); }
 static inline qp_i qp_slli32(qp_i a, int n) { return _mm512_slli_epi32(a, (unsigned)n); }
 static inline qp_i qp_mullo(qp_i a, qp_i b) { return _mm512_mullo_epi32(a, b); }
 static inline qp_i qp_from_u8(__m128i b) { return _mm512_cvtepu8_epi32(b); }
