@@ -29,6 +29,7 @@ SHAPES = [  # m, n, k
     (97, 100, 600),
     (250, 45, 300),  # more rows than one block of A
     (171, 129, 520),
+    (400, 700, 300),  # more rows than one block of A, more columns than one chunk of B's panels (AVX2)
 ]
 LAYOUTS = ["NN", "TN", "NT", "TT", "SN", "NS"]  # N: contiguous, T: transposed view, S: every other column
 

@@ -56,6 +56,18 @@ static int NAMED(packb_task_)(void *vctx, int64_t begin, int64_t end) {
     return 0;
 }
 
+/* One tile of C: rows i0 + ir of the block (A's panel packed from row packed0 on, or read in
+ * place before it) times the B panel bp (rows ldb apart) at column j. */
+static inline void NAMED(c_tile_)(const NAMED(drv_) *d, const P *apack, int64_t steps, int64_t i0, int64_t ir,
+                                int64_t mc, int64_t packed0, const P *bp, int64_t ldb, int64_t j, int nr) {
+    int mr = (int)CD_MIN(MR, mc - ir);
+    T *ct = d->c + (i0 + ir) * d->ldc + d->j0 + j;
+    if (ir < packed0)
+        ROWS(d->kc, (const P *)d->a + d->p0 + (i0 + ir) * d->ars, d->ars, bp, ldb, ct, d->ldc, nr, d->p0 > 0);
+    else
+        MICRO(steps, apack + (ir - packed0) * steps, bp, ldb, ct, d->ldc, mr, nr, d->p0 > 0);
+}
+
 static int NAMED(compute_task_)(void *vctx, int64_t begin, int64_t end) {
     const NAMED(drv_) *d = vctx;
     const int64_t mpanels = (d->m + MR - 1) / MR, npanels = (d->nc + NR - 1) / NR;
@@ -80,6 +92,16 @@ static int NAMED(compute_task_)(void *vctx, int64_t begin, int64_t end) {
             if (packed0 < mc)
                 d->pack_a(d->a + ((i0 + packed0) * d->ars + d->p0 * d->acs) * d->isz, d->ars,
                           d->acs, mc - packed0, d->kc, apack);
+            if (!own && d->blk.nb) {
+                /* Shared packed B, a chunk of panels from L2 at a time: each A panel stays in L1
+                 * while the tiles walk along C's rows (see blocking.nb). */
+                for (int64_t jb = c0 * NR; jb < col_end; jb += d->blk.nb)
+                    for (int64_t ir = 0; ir < mc; ir += MR)
+                        for (int64_t j = jb; j < CD_MIN(col_end, jb + d->blk.nb); j += NR)
+                            NAMED(c_tile_)(d, apack, steps, i0, ir, mc, packed0, d->bpack + j * steps, NR, j,
+                                         (int)CD_MIN(NR, col_end - j));
+                continue;
+            }
             for (int64_t j = c0 * NR; j < col_end; j += NR) {
                 int nr = (int)CD_MIN(NR, col_end - j);
                 const P *bp = panel;
@@ -93,16 +115,7 @@ static int NAMED(compute_task_)(void *vctx, int64_t begin, int64_t end) {
                 } else {
                     bp = d->bpack + j * steps;
                 }
-                for (int64_t ir = 0; ir < mc; ir += MR) {
-                    int mr = (int)CD_MIN(MR, mc - ir);
-                    T *ct = d->c + (i0 + ir) * d->ldc + d->j0 + j;
-                    if (ir < packed0)
-                        ROWS(d->kc, (const P *)d->a + d->p0 + (i0 + ir) * d->ars, d->ars, bp, ldb,
-                             ct, d->ldc, nr, d->p0 > 0);
-                    else
-                        MICRO(steps, apack + (ir - packed0) * steps, bp, ldb, ct, d->ldc, mr, nr,
-                              d->p0 > 0);
-                }
+                for (int64_t ir = 0; ir < mc; ir += MR) NAMED(c_tile_)(d, apack, steps, i0, ir, mc, packed0, bp, ldb, j, nr);
             }
         }
     }

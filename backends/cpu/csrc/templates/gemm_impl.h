@@ -10,6 +10,10 @@
  *   GEMM_BF16_DOT         (optional) micro_bf16() and the pair packers of the
  *                         bf16 dot-product path
  *   GEMM_A_L2_SHARE       (optional, default 6) the part of L2 an A block takes
+ *   GEMM_B_L2_SHARE       (optional) the part of L2 a chunk of shared B panels
+ *                         takes, each A panel then running along the chunk's
+ *                         panels (C's rows); without it each B panel runs down
+ *                         the A block's panels (C's columns)
  *
  * MC and NC are sized at run time from this CPU's caches (cd_cache_bytes):
  * an MC x KC block of A takes a sixth of L2 (GEMM_A_L2_SHARE), leaving room
@@ -444,6 +448,7 @@ static int try_gemv(int esz, int64_t m, int64_t n, int64_t k, const char *a, int
 /* ---- the blocked driver ------------------------------------------------------------ */
 typedef struct {
     int64_t kc, mc, nc; /* the deepest K slice, the rows of an A block, the columns of a B block */
+    int64_t nb;         /* columns of packed B per pass of an A panel, or 0: a B panel per pass of A */
     int64_t in_place;   /* bytes an operand read in place may span (use_in_place) */
     int64_t a_near;     /* bytes of A whose packing reads from L2 (split_rows_cheaper) */
 } blocking;
@@ -454,7 +459,12 @@ typedef struct {
 static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
     int64_t l2 = cd_cache_bytes(2), mc = l2 / GEMM_A_L2_SHARE / (kc * esz) / mr * mr;
     int64_t nc = cd_cache_bytes(3) / 8 / (kc * esz) / nr * nr;
-    return (blocking){kc, CD_MAX(mr, CD_MIN(mc, 64 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr)), l2 / 8, l2 / 2};
+#ifdef GEMM_B_L2_SHARE
+    int64_t nb = CD_MAX(nr, l2 / GEMM_B_L2_SHARE / (kc * esz) / nr * nr);
+#else
+    int64_t nb = 0;
+#endif
+    return (blocking){kc, CD_MAX(mr, CD_MIN(mc, 64 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr)), nb, l2 / 8, l2 / 2};
 }
 
 /* The depth of K slices: K cut into as few slices as kc_max allows, of equal

@@ -112,19 +112,27 @@ static void tpack_f32(const float *src, int64_t ld, int w, int64_t kc, int W, fl
 }
 
 /* The deepest K slice whose B micro-panel (NR columns, bytes_per_k a row) fills
- * half of L1d, where it stays while A's panels stream past from L2 (256 for a
- * 32 KiB L1d). Twelve accumulators make a small tile, whose B operands re-read
- * from L2 every k would need more bandwidth than L2 gives (AVX-512's larger
- * tile needs a third as much per FMA, and takes deeper slices). */
+ * half of L1d (256 for a 32 KiB L1d): a panel packed by the task that uses it
+ * (products of few rows) stays there while A's panels stream past from L2. A
+ * shared packed B streams its panels from L2 past an A panel held in L1
+ * (GEMM_B_L2_SHARE below). Deeper slices (384-1024) measured no faster with
+ * the B panel held in L1 (Zen 4). */
 static int64_t kc_from_l1(int64_t bytes_per_k) {
     return CD_MAX(128, CD_MIN(512, cd_cache_bytes(1) / 2 / bytes_per_k / 8 * 8));
 }
 
 #define GEMM_ENTRY cd_gemm_avx2
-/* With B's micro-panel in L1d, A's block may take a third of L2: each B panel
- * fetched from L3 then serves twice as many tiles as with a sixth (+2-3% on
- * 4096 columns in a sweep of the microkernel on Zen 4). */
+/* A's block may take a third of L2: each B panel fetched from L3 then serves
+ * twice as many tiles as with a sixth (+2-3% on 4096 columns in a sweep of the
+ * microkernel on Zen 4). */
 #define GEMM_A_L2_SHARE 3
+/* The tiles of a shared packed B walk along C's rows, an A panel held in L1 and
+ * B's panels streamed from a chunk of a third of L2: walking down C's columns
+ * instead (B's panel in L1, A's streamed) puts the six rows of a tile, a power
+ * of two apart in the usual shapes, in one L1 set, where they evict the panel
+ * held there (on Zen 4, with C in cache: 116 against 110 GFLOP/s per core for
+ * rows 8 KiB apart; 512-4096 square products +0-3%). */
+#define GEMM_B_L2_SHARE 3
 #define F32_MR 6
 #define F32_NR 16
 #define F32_KC kc_from_l1(F32_NR * sizeof(float))
