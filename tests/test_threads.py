@@ -27,6 +27,8 @@ def workload(seed: int) -> list[np.ndarray]:
     tall = c.Tensor(rng.standard_normal((600, 300)).astype(np.float32))
     row3 = c.Tensor(rng.standard_normal((1, 1100)).astype(np.float32))
     tall3 = c.Tensor(rng.standard_normal((1100, 200)).astype(np.float32))
+    sig = c.Tensor(rng.standard_normal((1, 16, 300)).astype(np.float32))
+    up = c.Tensor(rng.standard_normal((16, 8, 8)).astype(np.float32))
     return [
         (row @ tall).numpy(),  # a GEMV large enough to be cut into K slices
         (row3 @ tall3).numpy(),  # three K slices: on two threads, output ranges too
@@ -42,6 +44,7 @@ def workload(seed: int) -> list[np.ndarray]:
         big.index_select(ids, 0).numpy(),
         (small * 2 + 1).gelu().numpy(),
         img.conv2d(kernel, padding=1).max_pool2d(2).numpy(),
+        sig.conv_transpose1d(up, stride=4, padding=2).numpy(),  # one image: the pool splits its channels
         c.functional.layer_norm(big, c.ones(384), c.zeros(384)).numpy(),
         big.to_dtype("f16").to_dtype("f32").mean(1).numpy(),
         big.sort(-1, descending=True).indices.numpy(),  # rows spread over the threads

@@ -135,6 +135,7 @@ CONV_CASES = [  # (batch, cin, h, w, cout, kh, kw, stride, pad, dilation, groups
     (1, 32, 6, 9, 40, 1, 1, (1, 1), (0, 0), (1, 1), 1),      # pointwise, the image read in place
     (1, 40, 2, 3, 33, 1, 1, (1, 1), (0, 0), (1, 1), 1),      # fewer pixels than lanes: transposed
     (1, 4, 1, 100, 6, 1, 5, (1, 1), (0, 4), (1, 2), 1),      # 1-d, dilated: the taps read the padded rows
+    (1, 8, 1, 300, 20, 1, 5, (1, 1), (0, 2), (1, 1), 1),     # 1-d and long: its row split into runs of tiles
     (2, 12, 10, 37, 20, 3, 3, (2, 1), (1, 2), (1, 2), 2),    # the same with groups and a row stride
     (1, 5, 4, 4, 7, 4, 4, (1, 1), (0, 0), (1, 1), 1),        # one output pixel
 ]

@@ -176,11 +176,11 @@ static int conv_task(void *vctx, int64_t begin, int64_t end) {
 }
 
 /* ---- transposed ------------------------------------------------------------------------------ */
-/* Adds the columns of one (image, group) into its output planes (cout_g x oh x ow). */
-static void col2im(int ct, const conv_params *q, int64_t cout_g, const void *col, void *plane) {
+/* Adds the columns of one (image, group) into its output planes [co0, co1) (of cout_g x oh x ow at plane). */
+static void col2im(int ct, const conv_params *q, int64_t co0, int64_t co1, const void *col, void *plane) {
     const int64_t hw = q->h * q->w, ohw = q->oh * q->ow;
-    for (int64_t i = 0; i < cout_g * ohw; i++) put(ct, plane, i, 0);
-    for (int64_t co = 0; co < cout_g; co++)
+    for (int64_t i = co0 * ohw; i < co1 * ohw; i++) put(ct, plane, i, 0);
+    for (int64_t co = co0; co < co1; co++)
         for (int64_t i = 0; i < q->kh; i++)
             for (int64_t j = 0; j < q->kw; j++) {
                 const int64_t r = (co * q->kh + i) * q->kw + j;
@@ -197,24 +197,77 @@ static void col2im(int ct, const conv_params *q, int64_t cout_g, const void *col
             }
 }
 
+/* One (image, group) of a transposed convolution: X packed into xmat, col = W_g^T (R x cin_g) @ X
+ * (cin_g x HW), W_g being cin_g x R row-major. */
+static int convt_columns(const conv_ctx *c, int64_t t, char *xmat, char *col) {
+    const conv_params *q = c->q;
+    const int csz = cd_dtype_size(c->ct), isz = cd_dtype_size(c->dtype);
+    const int64_t b = t / q->groups, g = t % q->groups, cin_g = q->cin / q->groups, HW = q->h * q->w;
+    const int64_t R = q->cout / q->groups * q->kh * q->kw, xshape[4] = {1, cin_g, q->h, q->w};
+    pack4(c->dtype, c->ct, c->x + (b * c->xs[0] + g * cin_g * c->xs[1]) * isz, c->xs, xshape, xmat);
+    return cd_ops.gemm(c->ct, R, HW, cin_g, c->wmat + g * cin_g * R * csz, 1, R, xmat, HW, 1, col, HW);
+}
+
+/* Where (image, group) t's output planes start. */
+static char *convt_out(const conv_ctx *c, int64_t t) {
+    const conv_params *q = c->q;
+    return c->out + t * q->cout / q->groups * q->oh * q->ow * cd_dtype_size(c->dtype);
+}
+
+/* Task t: (image, group) t whole, on this thread (many of them: one each). */
 static int convt_task(void *vctx, int64_t begin, int64_t end) {
     const conv_ctx *c = vctx;
     const conv_params *q = c->q;
-    const int csz = cd_dtype_size(c->ct), isz = cd_dtype_size(c->dtype);
+    const int csz = cd_dtype_size(c->ct);
     const int64_t cin_g = q->cin / q->groups, cout_g = q->cout / q->groups, R = cout_g * q->kh * q->kw,
                   HW = q->h * q->w, OHW = q->oh * q->ow;
-    const int64_t xshape[4] = {1, cin_g, q->h, q->w};
     char *xmat = cd_scratch(cin_g * HW * csz + 64), *col = cd_scratch(R * HW * csz + 64),
          *plane = cd_scratch(cout_g * OHW * csz + 64);
     int rc = (!xmat || !col || !plane) ? -1 : 0;
     for (int64_t t = begin; t < end && rc == 0; t++) {
-        const int64_t b = t / q->groups, g = t % q->groups;
-        pack4(c->dtype, c->ct, c->x + (b * c->xs[0] + g * cin_g * c->xs[1]) * isz, c->xs, xshape, xmat);
-        /* col = W_g^T (R x cin_g) @ X (cin_g x HW); W_g is cin_g x R row-major. */
-        rc = cd_ops.gemm(c->ct, R, HW, cin_g, c->wmat + g * cin_g * R * csz, 1, R, xmat, HW, 1, col, HW);
+        rc = convt_columns(c, t, xmat, col);
         if (rc) break;
-        col2im(c->ct, q, cout_g, col, plane);
-        store_out(c->dtype, plane, c->out + ((b * q->cout + g * cout_g) * OHW) * isz, cout_g * OHW);
+        col2im(c->ct, q, 0, cout_g, col, plane);
+        store_out(c->dtype, plane, convt_out(c, t), cout_g * OHW);
+    }
+    cd_scratch_free(xmat);
+    cd_scratch_free(col);
+    cd_scratch_free(plane);
+    return rc;
+}
+
+typedef struct {
+    const conv_ctx *c;
+    const char *col;
+    char *plane, *out; /* plane: compute type (the output itself when that is the compute type) */
+} col2im_ctx;
+
+/* Task t: output channel t of one (image, group) from its columns. */
+static int col2im_task(void *vctx, int64_t begin, int64_t end) {
+    const col2im_ctx *k = vctx;
+    const int64_t ohw = k->c->q->oh * k->c->q->ow;
+    col2im(k->c->ct, k->c->q, begin, end, k->col, k->plane);
+    if (k->plane != k->out)
+        store_out(k->c->dtype, k->plane + begin * ohw * cd_dtype_size(k->c->ct),
+                  k->out + begin * ohw * cd_dtype_size(k->c->dtype), (end - begin) * ohw);
+    return 0;
+}
+
+/* Fewer (image, group) pairs than threads (a batch of one): each in turn, its product and its
+ * col2im (by output channels) spread over the pool. */
+static int convt_split(const conv_ctx *c) {
+    const conv_params *q = c->q;
+    const int csz = cd_dtype_size(c->ct);
+    const int64_t cin_g = q->cin / q->groups, cout_g = q->cout / q->groups, R = cout_g * q->kh * q->kw,
+                  HW = q->h * q->w, OHW = q->oh * q->ow;
+    const int in_place = c->dtype == c->ct;
+    char *xmat = cd_scratch(cin_g * HW * csz + 64), *col = cd_scratch(R * HW * csz + 64);
+    char *plane = in_place ? NULL : cd_scratch(cout_g * OHW * csz + 64);
+    int rc = (!xmat || !col || (!in_place && !plane)) ? -1 : 0;
+    for (int64_t t = 0; t < q->b * q->groups && rc == 0; t++) {
+        rc = convt_columns(c, t, xmat, col);
+        col2im_ctx k = {c, col, in_place ? convt_out(c, t) : plane, convt_out(c, t)};
+        if (rc == 0) rc = cd_parallel_for(cout_g, CD_MAX(1, 16384 / CD_MAX(1, OHW)), col2im_task, &k);
     }
     cd_scratch_free(xmat);
     cd_scratch_free(col);
@@ -243,7 +296,9 @@ static int run_conv(int32_t dtype, const int64_t *p, const int64_t *lay, const v
         pack4(dtype, ct, vw, ws, wshape, packed);
     }
     conv_ctx c = {dtype, ct, &q, lay, vx, packed ? packed : vw, vout};
-    int rc = cd_parallel_for(q.b * q.groups, 1, transposed ? convt_task : conv_task, &c);
+    int rc = transposed && q.b * q.groups < cd_num_threads()
+                 ? convt_split(&c)
+                 : cd_parallel_for(q.b * q.groups, 1, transposed ? convt_task : conv_task, &c);
     cd_scratch_free(packed);
     return rc;
 }

@@ -719,6 +719,32 @@ int cd_copy(int32_t itemsize, const int64_t *lay, const void *src, void *dst) {
     return cd_parallel_for(c.it.numel, CD_GRAIN * 4, copy_task, &c);
 }
 
+/* n contiguous items of isz bytes set to *value: a typed loop that vectorizes (a memcpy per item
+ * does not: 12x slower on a 64k-float ConstantOfShape). */
+static void fill_run(int isz, char *d, int64_t n, const void *value) {
+    switch (isz) {
+    case 1: memset(d, *(const unsigned char *)value, (size_t)n); break;
+    case 2: {
+        uint16_t v, *w = (uint16_t *)(void *)d;
+        memcpy(&v, value, sizeof v);
+        for (int64_t i = 0; i < n; i++) w[i] = v;
+        break;
+    }
+    case 4: {
+        uint32_t v, *w = (uint32_t *)(void *)d;
+        memcpy(&v, value, sizeof v);
+        for (int64_t i = 0; i < n; i++) w[i] = v;
+        break;
+    }
+    default: {
+        uint64_t v, *w = (uint64_t *)(void *)d;
+        memcpy(&v, value, sizeof v);
+        for (int64_t i = 0; i < n; i++) w[i] = v;
+        break;
+    }
+    }
+}
+
 static int fill_task(void *vctx, int64_t begin, int64_t end) {
     const copy_ctx *c = vctx;
     const cd_iter *it = &c->it;
@@ -729,7 +755,8 @@ static int fill_task(void *vctx, int64_t begin, int64_t end) {
     for (int64_t cur = begin; cur < end;) {
         int64_t n = CD_MIN(it->shape[inner] - pos.idx[inner], end - cur);
         char *d = c->dst + pos.off[0] * isz;
-        for (int64_t i = 0; i < n; i++) memcpy(d + i * ds * isz, c->value, (size_t)isz);
+        if (ds == 1) fill_run(isz, d, n, c->value);
+        else for (int64_t i = 0; i < n; i++) memcpy(d + i * ds * isz, c->value, (size_t)isz);
         cur += n;
         cd_iter_advance(it, &pos, n);
     }

@@ -131,6 +131,7 @@ typedef struct {
     int64_t pad_w, pad_plane;
     int64_t panel_groups, col_blocks, rows_per_task;
     cd_act act;
+    int64_t row_cols;      /* implicit: output columns a task takes of its rows (all of them, or a run) */
 } panels_conv_ctx;
 
 /* The tile of output channels [ch, ch + mr) of panel pn by output pixels [at, at + nr) of
@@ -208,26 +209,31 @@ static int conv_rows_task(void *vctx, int64_t begin, int64_t end) {
     return rc;
 }
 
-/* Task t: ROWS_PER_TASK output rows of PANELS_PER_TASK panels, each tile a run of
- * an output row whose taps read the rows of the padded image (stride 1 along rows). */
+/* Task t: ROWS_PER_TASK output rows of PANELS_PER_TASK panels, a run of c->row_cols columns of
+ * them, each tile a run of an output row whose taps read the rows of the padded image (stride 1
+ * along rows). */
 static int conv_implicit_task(void *vctx, int64_t begin, int64_t end) {
     const panels_conv_ctx *c = vctx;
     const conv_params *q = c->q;
     const int64_t MR = cd_ops.tile_mr, NR = cd_ops.tile_nr, cout_g = q->cout / q->groups;
     const int64_t panels_g = (cout_g + CD_PANEL - 1) / CD_PANEL;
     const int64_t row_tasks = (q->oh + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+    const int64_t runs = (q->ow + c->row_cols - 1) / c->row_cols;
     for (int64_t t = begin; t < end; t++) {
         const int64_t oy0 = t % row_tasks * ROWS_PER_TASK, oy1 = CD_MIN(q->oh, oy0 + ROWS_PER_TASK);
-        const int64_t p0 = t / row_tasks * PANELS_PER_TASK, p1 = CD_MIN(panels_g, p0 + PANELS_PER_TASK);
+        const int64_t x0 = t / row_tasks % runs * c->row_cols, x1 = CD_MIN(q->ow, x0 + c->row_cols);
+        const int64_t p0 = t / (row_tasks * runs) * PANELS_PER_TASK, p1 = CD_MIN(panels_g, p0 + PANELS_PER_TASK);
         for (int64_t oy = oy0; oy < oy1; oy++)
-            for (int64_t ox = 0; ox < q->ow; ox += NR)
+            for (int64_t ox = x0; ox < x1; ox += NR)
                 for (int64_t pn = p0; pn < p1; pn++) {
                     const int64_t rows = CD_MIN(CD_PANEL, cout_g - pn * CD_PANEL);
                     for (int64_t i0 = 0; i0 < rows; i0 += MR)
                         conv_tile(c, pn, i0, CD_MIN(MR, rows - i0), c->pad + oy * q->sh * c->pad_w + ox,
-                                  oy * q->ow + ox, CD_MIN(NR, q->ow - ox));
+                                  oy * q->ow + ox, CD_MIN(NR, x1 - ox));
                 }
-        conv_epilogue(c, p0, p1, oy0 * q->ow, (oy1 - oy0) * q->ow);
+        if (runs == 1) conv_epilogue(c, p0, p1, oy0 * q->ow, (oy1 - oy0) * q->ow);
+        else
+            for (int64_t oy = oy0; oy < oy1; oy++) conv_epilogue(c, p0, p1, oy * q->ow + x0, x1 - x0);
     }
     return 0;
 }
@@ -250,6 +256,16 @@ static int pad_task(void *vctx, int64_t begin, int64_t end) {
     return 0;
 }
 
+/* Runs each output row is split into: one where the rows and panels make tasks enough for the pool
+ * (IMPLICIT_TASKS a thread), else as many as make them, each of a tile's columns or more (a 1-d
+ * convolution is one long row: without runs, as many tasks as its panels' groups, often one). */
+#define IMPLICIT_TASKS 4
+static int64_t implicit_runs(const conv_params *q, int64_t tasks) {
+    const int64_t want = IMPLICIT_TASKS * cd_num_threads(), tiles = (q->ow + cd_ops.tile_nr - 1) / cd_ops.tile_nr;
+    if (tasks >= want || want == IMPLICIT_TASKS) return 1; /* one thread: no split */
+    return CD_MAX(1, CD_MIN(tiles, (want + tasks - 1) / tasks));
+}
+
 /* A stride-1 convolution of one image's group without im2col: its input padded once,
  * B's rows the taps' rows in it. */
 static int conv_group_implicit(panels_conv_ctx *c) {
@@ -270,7 +286,10 @@ static int conv_group_implicit(panels_conv_ctx *c) {
     if (rc == 0) rc = cd_parallel_for(cin_g, 1, pad_task, c);
     const int64_t row_tasks = (q->oh + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
     const int64_t panel_tasks = (panels_g + PANELS_PER_TASK - 1) / PANELS_PER_TASK;
-    if (rc == 0) rc = cd_parallel_for(row_tasks * panel_tasks, 1, conv_implicit_task, c);
+    const int64_t NR = cd_ops.tile_nr, tiles = (q->ow + NR - 1) / NR, split = implicit_runs(q, row_tasks * panel_tasks);
+    c->row_cols = (tiles + split - 1) / split * NR; /* whole tiles a run */
+    const int64_t runs = (q->ow + c->row_cols - 1) / c->row_cols;
+    if (rc == 0) rc = cd_parallel_for(row_tasks * runs * panel_tasks, 1, conv_implicit_task, c);
     cd_scratch_free(pad);
     cd_scratch_free(rows);
     return rc;
@@ -393,7 +412,7 @@ int cd_conv2d_panels(int32_t dtype, const int64_t *p, const int64_t *lay, const 
     if (dtype != CD_f32) return cd_fail("conv2d_panels is implemented for f32, got %s", cd_dtype_name(dtype));
     conv_params q;
     if (cd_conv_parse(p, &q)) return -1;
-    panels_conv_ctx c = {&q, lay, x, wp, bias, res, NULL, out, 0, 0, NULL, NULL, 0, 0, 0, 0, 0, {0, 0, 0, 1, 0}};
+    panels_conv_ctx c = {&q, lay, x, wp, bias, res, NULL, out, 0, 0, NULL, NULL, 0, 0, 0, 0, 0, {0, 0, 0, 1, 0}, 0};
     if (check_act(act, alpha, beta, scale, shift, &c.act)) return -1;
     const int64_t cin_g = q.cin / q.groups, cout_g = q.cout / q.groups, N = q.oh * q.ow;
     if (q.b == 0 || q.cout == 0 || N == 0) return 0;

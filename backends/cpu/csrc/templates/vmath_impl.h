@@ -439,7 +439,7 @@ static void lstm_cells_exact(const cd_lstm_step *st, int64_t ap, int64_t at, int
 
 static inline __attribute__((always_inline)) void lstm_cells(const cd_lstm_step *st, int64_t ap, int64_t at,
                                                              int64_t j, int64_t w, int exact) {
-    vf g[4], p[3], c = vload_n(st->c + at + j, w);
+    vf g[4], p[3] = {vzero(), vzero(), vzero()}, c = vload_n(st->c + at + j, w);
     vm nan = visnan(c);
     for (int k = 0; k < 4; k++) {
         g[k] = vadd(vload_n(st->pre[k] + ap + j, w), vload_n(st->bias[k] + j, w));
@@ -476,9 +476,41 @@ __attribute__((noinline)) static void lstm_cells_exact(const cd_lstm_step *st, i
     lstm_cells(st, ap, at, j, w, 1);
 }
 
+/* Two full vectors of cells at j and j + VW without peepholes, clip or input_forget (nn.LSTM's cells),
+ * their computations interleaved: each cell's chain (sigmoids, c, tanh(c), h) is serial, two
+ * independent ones keep the vector units busy. Either with a NaN input: lstm_cells, one by one. */
+static inline __attribute__((always_inline)) void lstm_cells2(const cd_lstm_step *st, int64_t ap, int64_t at,
+                                                              int64_t j) {
+    vf g[2][4], c[2] = {vload(st->c + at + j), vload(st->c + at + j + VW)}, o[2], t[2];
+    vm nan = vor_m(visnan(c[0]), visnan(c[1]));
+    for (int v = 0; v < 2; v++) {
+        for (int k = 0; k < 4; k++) {
+            g[v][k] = vadd(vload(st->pre[k] + ap + j + v * VW), vload(st->bias[k] + j + v * VW));
+            nan = vor_m(nan, visnan(g[v][k]));
+        }
+    }
+    if (vany(nan)) {
+        lstm_cells(st, ap, at, j, VW, 0);
+        lstm_cells(st, ap, at, j + VW, VW, 0);
+        return;
+    }
+    for (int v = 0; v < 2; v++) t[v] = vmul(vsigmoid_core(g[v][0]), vtanh_core(g[v][2]));
+    for (int v = 0; v < 2; v++) c[v] = vfma(vsigmoid_core(g[v][1]), c[v], t[v]);
+    for (int v = 0; v < 2; v++) o[v] = vmul(vsigmoid_core(g[v][3]), vtanh_core(c[v]));
+    for (int v = 0; v < 2; v++) {
+        vstore(st->c + at + j + v * VW, c[v]);
+        vstore(st->h + at + j + v * VW, o[v]);
+        vstore(st->y + at + j + v * VW, o[v]);
+    }
+}
+
 static void lstm_step_f32(const cd_lstm_step *st) {
-    for (int64_t r = 0; r < st->rows; r++)
-        for (int64_t j = 0; j < st->n; j += VW) lstm_cells(st, r * st->ldp, r * st->ld, j, CD_MIN(VW, st->n - j), 0);
+    const int plain = !st->peep[0] && !(st->clip > 0) && !st->input_forget;
+    for (int64_t r = 0; r < st->rows; r++) {
+        int64_t j = 0;
+        for (; plain && j + 2 * VW <= st->n; j += 2 * VW) lstm_cells2(st, r * st->ldp, r * st->ld, j);
+        for (; j < st->n; j += VW) lstm_cells(st, r * st->ldp, r * st->ld, j, CD_MIN(VW, st->n - j), 0);
+    }
 }
 
 /* acc (m x n) += p (m x k, rows ldp apart) @ v (k x n, rows ldv apart): each row's columns in registers, 4
