@@ -10,6 +10,7 @@ typedef struct { __m256i lo, hi; } qp_i;
 typedef struct { __m256 lo, hi; } qp_f;
 #define QP_VNNI 0
 #define QP_MR 2 /* 16 ymm registers */
+#define QP_PREFETCH_Q4_0 16384 /* see templates/qpacked_impl.h */
 #define QPACKED_FILL cd_qpacked_avx2
 
 #define QP_EACH(f) {f(a.lo), f(a.hi)}
