@@ -116,10 +116,20 @@ QP_INLINE void levels_at(qp_t32 t, const char *tile, const char *dec, int s, qp_
     *hi = qp_load(dec + 128 * s + 64);
 }
 
-/* acc + the products of levels u1, u2 with the activations at y1, y2 (4 each, broadcast to every lane). */
-QP_INLINE qp_i dot2(qp_t32 t, qp_i acc, qp_i u1, const int8_t *y1, qp_i u2, const int8_t *y2) {
-    if (t.signed_levels) return qp_dp2_signed(acc, u1, qp_bcast4(y1), u2, qp_bcast4(y2));
-    return qp_dp2(acc, u1, qp_bcast4(y1), u2, qp_bcast4(y2));
+/* acc + the products of levels u with the activations at y (4, broadcast to every lane). */
+QP_INLINE qp_i dot1(qp_t32 t, qp_i acc, qp_i u, const int8_t *y) {
+    return t.signed_levels ? qp_dp1_signed(acc, u, qp_bcast4(y)) : qp_dp1_16(acc, u, qp_bcast4(y));
+}
+
+/* Without VNNI, levels below 16 (the 4-bit types) let a block's 8 pair sums share one 16-bit accumulator. */
+QP_INLINE int one_acc(qp_t32 t) { return !QP_VNNI && !t.signed_levels && t.bits < 0; }
+
+/* A block's integer sum from the accumulators of its low and high levels (4 steps of dot1 each). */
+QP_INLINE qp_i block_sum(qp_t32 t, qp_i lo, qp_i hi) {
+    if (one_acc(t)) return qp_widen16(lo);
+    if (t.signed_levels) return qp_add32(lo, hi);
+    if (t.hi16) return qp_add32(qp_widen16(lo), qp_srai32(qp_widen16(hi), 4));
+    return qp_add32(qp_widen16(lo), qp_widen16(hi));
 }
 
 QP_INLINE qp_f scale32(qp_t32 t, const char *tile) { return t.type == CD_MXFP4 ? qp_e8m0(tile) : qp_f16(tile); }
@@ -152,20 +162,21 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
             for (int o = 0; o < t.tile; o += 64) __builtin_prefetch(tile + QP_PREFETCH_Q4_0 + o, 0, 2);
         qp_i acc[4][2];
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
-        for (int s = 0; s < 4; s += 2) { /* acc[i][0]: the low levels' products, acc[i][1]: the high ones' */
-            qp_i lo[2], hi[2];
-            const char *db = dec ? dec + b * QP_DEC32 : NULL;
-            levels_at(t, tile, db, s, table, &lo[0], &hi[0]);
-            levels_at(t, tile, db, s + 1, table, &lo[1], &hi[1]);
+        /* acc[i][0]: the low levels' products, acc[i][1]: the high ones' (or acc[i][0] too: one_acc); a step
+         * at a time, so that the levels, the broadcasts and the accumulators fit AVX2's 16 registers */
+        const int h = !one_acc(t);
+        for (int s = 0; s < 4; s++) {
+            qp_i lo, hi;
+            levels_at(t, tile, dec ? dec + b * QP_DEC32 : NULL, s, table, &lo, &hi);
             for (int i = 0; i < mr; i++) {
                 const int8_t *yb = (const int8_t *)(a[i] + b * t.a_size + t.a_levels) + 4 * s;
-                acc[i][0] = dot2(t, acc[i][0], lo[0], yb, lo[1], yb + 4);
-                acc[i][1] = dot2(t, acc[i][1], hi[0], yb + 16, hi[1], yb + 20);
+                acc[i][0] = dot1(t, acc[i][0], lo, yb);
+                acc[i][h] = dot1(t, acc[i][h], hi, yb + 16);
             }
         }
         const qp_f d = scale32(t, tile);
         for (int i = 0; i < mr; i++) {
-            qp_i isum = qp_add32(acc[i][0], t.hi16 ? qp_srai32(acc[i][1], 4) : acc[i][1]);
+            qp_i isum = block_sum(t, acc[i][0], acc[i][1]);
             if (t.offset) isum = qp_sub32(isum, qp_set1_32(t.offset * ys[i][b]));
             sum[i] = qp_fma(qp_cvt(isum), qp_mul(d, qp_set1f(as[i][b])), sum[i]);
             if (t.min >= 0) sum[i] = qp_fma(qp_f16(tile + t.min), qp_set1f(as[i][b] * (float)ys[i][b]), sum[i]);
@@ -198,8 +209,8 @@ QP_INLINE void q4k_scales(const char *planes, qp_kscales *out) {
             sc = _mm_or_si128(_mm_and_si128(p[j + 4], m4), _mm_and_si128(_mm_srli_epi16(p[j - 4], 2), top));
             mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(p[j + 4], 4), m4), _mm_and_si128(_mm_srli_epi16(p[j], 2), top));
         }
-        qp_store_i(out->sc[j], qp_from_u8(sc));
-        qp_store_i(out->co[j], qp_from_u8(mn));
+        qp_store_i(out->sc[j], qp_scales16(sc));
+        qp_store_i(out->co[j], qp_from_u8_pair16(mn)); /* for qp_madd16 with the two 16-value sums */
     }
 }
 
@@ -255,18 +266,13 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
             qp_i acc[4][2]; /* sub-blocks 2j and 2j + 1 */
             for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
             if (q4k)
-                for (int u = 0; u < 8; u += 2) {
-                    qp_i lo[2], hi[2];
-                    for (int v = 0; v < 2; v++) {
-                        const qp_i q = qp_load(tile + qs + 64 * (8 * j + u + v));
-                        lo[v] = qp_and(q, low);
-                        hi[v] = qp_and(qp_srli4(q), low);
-                    }
+                for (int u = 0; u < 8; u++) { /* a run at a time: see group32 */
+                    const qp_i q = qp_load(tile + qs + 64 * (8 * j + u));
+                    const qp_i lo = qp_and(q, low), hi = qp_and(qp_srli4(q), low);
                     for (int i = 0; i < mr; i++) {
-                        const int8_t *ya = a[i]->qs + 64 * j;
-                        acc[i][0] = qp_dp2(acc[i][0], lo[0], qp_bcast4(ya + 4 * u), lo[1], qp_bcast4(ya + 4 * u + 4));
-                        acc[i][1] = qp_dp2(acc[i][1], hi[0], qp_bcast4(ya + 32 + 4 * u), hi[1],
-                                           qp_bcast4(ya + 36 + 4 * u));
+                        const int8_t *ya = a[i]->qs + 64 * j + 4 * u;
+                        acc[i][0] = qp_dp1_16(acc[i][0], lo, qp_bcast4(ya));
+                        acc[i][1] = qp_dp1_16(acc[i][1], hi, qp_bcast4(ya + 32));
                     }
                 }
             else {
@@ -281,10 +287,15 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
             for (int i = 0; i < mr; i++)
                 for (int h = 0; h < 2; h++) {
                     const int sb = 2 * j + h;
-                    tot[i] = qp_add32(tot[i], qp_mullo(acc[i][h], qp_load(ks.sc[sb])));
-                    if (sums)
-                        cor[i] = qp_add32(cor[i], qp_mullo(qp_load(ks.co[sb]),
-                                                           qp_set1_32(a[i]->bsums[2 * sb] + a[i]->bsums[2 * sb + 1])));
+                    const qp_i sc = qp_load(ks.sc[sb]), co = qp_load(ks.co[sb]);
+                    if (q4k) { /* mins times the sub-block's two 16-value sums: both in one vpmaddwd */
+                        tot[i] = qp_add32(tot[i], qp_mul_scale16(acc[i][h], sc));
+                        cor[i] = qp_add32(cor[i], qp_madd16(co, qp_bcast4(&a[i]->bsums[2 * sb])));
+                    } else {
+                        tot[i] = qp_add32(tot[i], qp_mullo(acc[i][h], sc));
+                        const int bsum = a[i]->bsums[2 * sb] + a[i]->bsums[2 * sb + 1];
+                        if (sums) cor[i] = qp_add32(cor[i], qp_mullo(co, qp_set1_32(bsum)));
+                    }
                 }
         }
         const qp_f d = qp_f16(tile);

@@ -1,6 +1,8 @@
 /* The packed-weight kernels (templates/qpacked_impl.h) on AVX2: a 16-lane
  * vector is two 256-bit halves (rows 0-7, 8-15), and a 4-byte dot product is
- * vpmaddubsw (pairs of byte products in 16 bits) then vpmaddwd. */
+ * vpmaddubsw (pairs of byte products in 16 bits) then vpmaddwd; levels below
+ * 16 add a whole block's (sub-block's) pair sums in 16 bits before the one
+ * vpmaddwd, which also applies Q4_K's 6-bit scale. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -28,6 +30,7 @@ static inline qp_i qp_sub32(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_sub_e
 static inline qp_i qp_srli4(qp_i a) { return (qp_i){_mm256_srli_epi16(a.lo, 4), _mm256_srli_epi16(a.hi, 4)}; }
 static inline qp_i qp_set1_8(char c) { return (qp_i){_mm256_set1_epi8(c), _mm256_set1_epi8(c)}; }
 static inline qp_i qp_set1_32(int v) { return (qp_i){_mm256_set1_epi32(v), _mm256_set1_epi32(v)}; }
+static inline qp_i qp_set1_16(short v) { return (qp_i){_mm256_set1_epi16(v), _mm256_set1_epi16(v)}; }
 static inline qp_i qp_bcast4(const void *p) {
     int v;
     memcpy(&v, p, 4);
@@ -74,7 +77,31 @@ static inline qp_i qp_srli32(qp_i a, int n) { return (qp_i){_mm256_srli_epi32(a.
 static inline qp_i qp_srai32(qp_i a, int n) { return (qp_i){_mm256_srai_epi32(a.lo, n), _mm256_srai_epi32(a.hi, n)}; }
 static inline qp_i qp_slli32(qp_i a, int n) { return (qp_i){_mm256_slli_epi32(a.lo, n), _mm256_slli_epi32(a.hi, n)}; }
 static inline qp_i qp_mullo(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_mullo_epi32); }
-static inline qp_i qp_from_u8(__m128i b) { return (qp_i){_mm256_cvtepu8_epi32(b), _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))}; }
+/* acc + u . s in 16-bit lanes (each the sum of 2 byte products): with unsigned u <= 15 and any s, 8 such
+ * pair sums add to at most 8 * 2 * 15 * 128 = 30720 (u <= 31: 4 of them), so a block's products add up
+ * without a vpmaddwd and a vpaddd for every two vpmaddubsw. */
+static inline qp_i qp_dp1_16(qp_i acc, qp_i u, qp_i s) {
+    return (qp_i){_mm256_add_epi16(acc.lo, _mm256_maddubs_epi16(u.lo, s.lo)),
+                  _mm256_add_epi16(acc.hi, _mm256_maddubs_epi16(u.hi, s.hi))};
+}
+static inline qp_i qp_dp1_signed(qp_i acc, qp_i x, qp_i y) {
+    return (qp_i){dp1_signed(acc.lo, x.lo, y.lo), dp1_signed(acc.hi, x.hi, y.hi)};
+}
+static inline qp_i qp_madd16(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_madd_epi16); }
+/* A qp_dp1_16 accumulator as int32 lanes; times scales s (0..63, qp_scales16) in the same vpmaddwd. */
+static inline qp_i qp_widen16(qp_i acc) { return qp_madd16(acc, qp_set1_16(1)); }
+/* 16 unsigned bytes, lane r = byte r in both 16-bit halves (b | b << 16): one vpshufb a half. */
+#define QP_PAIR16(r) -128, r, -128, r
+static inline qp_i qp_from_u8_pair16(__m128i b) {
+    const __m256i v = _mm256_broadcastsi128_si256(b);
+    const __m256i lo = _mm256_set_epi8(QP_PAIR16(7), QP_PAIR16(6), QP_PAIR16(5), QP_PAIR16(4), QP_PAIR16(3),
+                                       QP_PAIR16(2), QP_PAIR16(1), QP_PAIR16(0));
+    const __m256i hi = _mm256_set_epi8(QP_PAIR16(15), QP_PAIR16(14), QP_PAIR16(13), QP_PAIR16(12), QP_PAIR16(11),
+                                       QP_PAIR16(10), QP_PAIR16(9), QP_PAIR16(8));
+    return (qp_i){_mm256_shuffle_epi8(v, lo), _mm256_shuffle_epi8(v, hi)};
+}
+static inline qp_i qp_scales16(__m128i b) { return qp_from_u8_pair16(b); }
+static inline qp_i qp_mul_scale16(qp_i acc, qp_i s16) { return qp_madd16(acc, s16); }
 static inline qp_i qp_from_u16(const void *p) {
     return (qp_i){_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)),
                   _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p + 1))};
