@@ -51,10 +51,6 @@ ISA_FLAGS = {
 #: Sources whose float operations must round one at a time, as the code they are
 #: bit-exact with does (a contracted a*b+c rounds once).
 NO_FP_CONTRACT = {"quant_codec.c"}
-#: Sources that gcc schedules before register allocation, minding register pressure: without it the AVX2
-#: packed-weight kernels load all of a block's levels first and spill (measured: 9-25% slower on L2-resident
-#: Q4_0, Q4_1 and Q4_K tiles).
-SCHED_PRESSURE = {"qpacked_avx2.c"}
 
 
 def compiler() -> str:
@@ -84,8 +80,6 @@ def flags_for(src: Path, sanitize: str | None) -> list[str]:
     for suffix, extra in ISA_FLAGS.items():
         if src.name.endswith(suffix):
             flags += extra
-    if src.name in SCHED_PRESSURE:
-        flags += ["-fschedule-insns", "-fsched-pressure"]
     if src.name in NO_FP_CONTRACT:
         flags.append("-ffp-contract=off")
     return flags

@@ -32,6 +32,14 @@
 #ifndef QP_PREFETCH_Q4_0
 #define QP_PREFETCH_Q4_0 0
 #endif
+/* QP_ACC16 (set by the AVX2 build): the layer adds vpmaddubsw's pair sums in 16 bits (qp_dp1_16), which
+ * decode uses for the 4-bit types; QP_DECODE_ATTR: what decode's kernels are compiled with. */
+#ifndef QP_ACC16
+#define QP_ACC16 0
+#endif
+#ifndef QP_DECODE_ATTR
+#define QP_DECODE_ATTR
+#endif
 
 /* 16 levels as a byte table for qp_shuffle (signed; + 128 for unsigned products with VNNI). */
 QP_INLINE qp_i qp_levels_table(const int8_t levels[16]) {
@@ -116,20 +124,47 @@ QP_INLINE void levels_at(qp_t32 t, const char *tile, const char *dec, int s, qp_
     *hi = qp_load(dec + 128 * s + 64);
 }
 
-/* acc + the products of levels u with the activations at y (4, broadcast to every lane). */
-QP_INLINE qp_i dot1(qp_t32 t, qp_i acc, qp_i u, const int8_t *y) {
-    return t.signed_levels ? qp_dp1_signed(acc, u, qp_bcast4(y)) : qp_dp1_16(acc, u, qp_bcast4(y));
+/* acc + the products of levels u1, u2 with the activations at y1, y2 (4 each, broadcast to every lane). */
+QP_INLINE qp_i dot2(qp_t32 t, qp_i acc, qp_i u1, const int8_t *y1, qp_i u2, const int8_t *y2) {
+    if (t.signed_levels) return qp_dp2_signed(acc, u1, qp_bcast4(y1), u2, qp_bcast4(y2));
+    return qp_dp2(acc, u1, qp_bcast4(y1), u2, qp_bcast4(y2));
 }
 
-/* Without VNNI, levels below 16 (the 4-bit types) let a block's 8 pair sums share one 16-bit accumulator. */
-QP_INLINE int one_acc(qp_t32 t) { return !QP_VNNI && !t.signed_levels && t.bits < 0; }
+#if QP_ACC16
+/* A block's sum for one row of activations at y and levels below 16 (Q4_0, Q4_1): its 8 pair sums of each
+ * lane add in 16 bits (at most 8 * 2 * 15 * 128 = 30720) before one vpmaddwd, where qp_dp2 spends a
+ * vpmaddwd and a vpaddd on every two; a step at a time, so that nothing spills. */
+QP_INLINE qp_i block16(qp_t32 t, const char *tile, const int8_t *y) {
+    qp_i acc = qp_zero(), lo, hi;
+    for (int s = 0; s < 4; s++) {
+        levels32(t, tile, s, qp_zero(), &lo, &hi);
+        acc = qp_dp1_16(qp_dp1_16(acc, lo, qp_bcast4(y + 4 * s)), hi, qp_bcast4(y + 16 + 4 * s));
+    }
+    return qp_widen16(acc);
+}
+#endif
 
-/* A block's integer sum from the accumulators of its low and high levels (4 steps of dot1 each). */
-QP_INLINE qp_i block_sum(qp_t32 t, qp_i lo, qp_i hi) {
-    if (one_acc(t)) return qp_widen16(lo);
-    if (t.signed_levels) return qp_add32(lo, hi);
-    if (t.hi16) return qp_add32(qp_widen16(lo), qp_srai32(qp_widen16(hi), 4));
-    return qp_add32(qp_widen16(lo), qp_widen16(hi));
+/* isum[i]: a block's integer sums with the levels of mr rows of activations at y[i] (offsets not taken off). */
+QP_INLINE void block_sums(qp_t32 t, int mr, const char *tile, const char *db, qp_i table, const int8_t *const y[4],
+                          qp_i isum[4]) {
+#if QP_ACC16
+    if (mr == 1 && !db && t.bits < 0 && !t.signed_levels) {
+        isum[0] = block16(t, tile, y[0]);
+        return;
+    }
+#endif
+    qp_i acc[4][2];
+    for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
+    for (int s = 0; s < 4; s += 2) { /* acc[i][0]: the low levels' products, acc[i][1]: the high ones' */
+        qp_i lo[2], hi[2];
+        levels_at(t, tile, db, s, table, &lo[0], &hi[0]);
+        levels_at(t, tile, db, s + 1, table, &lo[1], &hi[1]);
+        for (int i = 0; i < mr; i++) {
+            acc[i][0] = dot2(t, acc[i][0], lo[0], y[i] + 4 * s, lo[1], y[i] + 4 * s + 4);
+            acc[i][1] = dot2(t, acc[i][1], hi[0], y[i] + 16 + 4 * s, hi[1], y[i] + 20 + 4 * s);
+        }
+    }
+    for (int i = 0; i < mr; i++) isum[i] = qp_add32(acc[i][0], t.hi16 ? qp_srai32(acc[i][1], 4) : acc[i][1]);
 }
 
 QP_INLINE qp_f scale32(qp_t32 t, const char *tile) { return t.type == CD_MXFP4 ? qp_e8m0(tile) : qp_f16(tile); }
@@ -160,25 +195,14 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
         const char *tile = g + b * t.tile;
         if (QP_PREFETCH_Q4_0 && type == CD_Q4_0 && !dec) /* a hint: never faults past the buffer */
             for (int o = 0; o < t.tile; o += 64) __builtin_prefetch(tile + QP_PREFETCH_Q4_0 + o, 0, 2);
-        qp_i acc[4][2];
-        for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
-        /* acc[i][0]: the low levels' products, acc[i][1]: the high ones' (or acc[i][0] too: one_acc); a step
-         * at a time, so that the levels, the broadcasts and the accumulators fit AVX2's 16 registers */
-        const int h = !one_acc(t);
-        for (int s = 0; s < 4; s++) {
-            qp_i lo, hi;
-            levels_at(t, tile, dec ? dec + b * QP_DEC32 : NULL, s, table, &lo, &hi);
-            for (int i = 0; i < mr; i++) {
-                const int8_t *yb = (const int8_t *)(a[i] + b * t.a_size + t.a_levels) + 4 * s;
-                acc[i][0] = dot1(t, acc[i][0], lo, yb);
-                acc[i][h] = dot1(t, acc[i][h], hi, yb + 16);
-            }
-        }
+        const int8_t *yb[4];
+        qp_i isum[4];
+        for (int i = 0; i < mr; i++) yb[i] = (const int8_t *)(a[i] + b * t.a_size + t.a_levels);
+        block_sums(t, mr, tile, dec ? dec + b * QP_DEC32 : NULL, table, yb, isum);
         const qp_f d = scale32(t, tile);
         for (int i = 0; i < mr; i++) {
-            qp_i isum = block_sum(t, acc[i][0], acc[i][1]);
-            if (t.offset) isum = qp_sub32(isum, qp_set1_32(t.offset * ys[i][b]));
-            sum[i] = qp_fma(qp_cvt(isum), qp_mul(d, qp_set1f(as[i][b])), sum[i]);
+            if (t.offset) isum[i] = qp_sub32(isum[i], qp_set1_32(t.offset * ys[i][b]));
+            sum[i] = qp_fma(qp_cvt(isum[i]), qp_mul(d, qp_set1f(as[i][b])), sum[i]);
             if (t.min >= 0) sum[i] = qp_fma(qp_f16(tile + t.min), qp_set1f(as[i][b] * (float)ys[i][b]), sum[i]);
         }
     }
@@ -195,8 +219,9 @@ typedef struct {
     int32_t co[8][CD_QPACK_GROUP]; /* what the activations' sub-block sums are multiplied by */
 } qp_kscales;
 
-/* q4k's 8 scales and 8 mins of 16 rows from the 12 byte planes of their packed 6-bit fields. */
-QP_INLINE void q4k_scales(const char *planes, qp_kscales *out) {
+/* q4k's 8 scales and 8 mins of 16 rows from the 12 byte planes of their packed 6-bit fields (pair16: each in
+ * both 16-bit halves of its lane, for vpmaddwd). */
+QP_INLINE void q4k_scales(const char *planes, qp_kscales *out, int pair16) {
     __m128i p[12];
     for (int i = 0; i < 12; i++) p[i] = _mm_loadu_si128((const __m128i *)(planes + 16 * i));
     const __m128i m6 = _mm_set1_epi8(63), m4 = _mm_set1_epi8(15), top = _mm_set1_epi8(0x30);
@@ -209,8 +234,8 @@ QP_INLINE void q4k_scales(const char *planes, qp_kscales *out) {
             sc = _mm_or_si128(_mm_and_si128(p[j + 4], m4), _mm_and_si128(_mm_srli_epi16(p[j - 4], 2), top));
             mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(p[j + 4], 4), m4), _mm_and_si128(_mm_srli_epi16(p[j], 2), top));
         }
-        qp_store_i(out->sc[j], qp_scales16(sc));
-        qp_store_i(out->co[j], qp_from_u8_pair16(mn)); /* for qp_madd16 with the two 16-value sums */
+        qp_store_i(out->sc[j], pair16 ? qp_from_u8_pair16(sc) : qp_from_u8(sc));
+        qp_store_i(out->co[j], pair16 ? qp_from_u8_pair16(mn) : qp_from_u8(mn));
     }
 }
 
@@ -242,10 +267,32 @@ QP_INLINE void iq4xs_sub(int mr, const char *runs, qp_i table, const cd_block_q8
     }
 }
 
+#if QP_ACC16
+/* q4k's sub-blocks 2j and 2j + 1 for one row of activations a (pair16 scales): each sub-block's 8 pair sums of
+ * a lane add in 16 bits (see block16), one vpmaddwd applies its 6-bit scale and one more its min times its two
+ * 16-value activation sums, where the 32-bit path spends 4 vpmaddwd and a vpmulld on each. */
+QP_INLINE void q4k_pair16(const char *runs, const cd_block_q8_K *a, int j, const qp_kscales *ks, qp_i *tot,
+                          qp_i *cor) {
+    const qp_i low = qp_set1_8(0x0f);
+    qp_i lo = qp_zero(), hi = qp_zero();
+    for (int u = 0; u < 8; u++) { /* a run at a time, so that nothing spills */
+        const qp_i q = qp_load(runs + 64 * u);
+        const int8_t *y = a->qs + 64 * j + 4 * u;
+        lo = qp_dp1_16(lo, qp_and(q, low), qp_bcast4(y));
+        hi = qp_dp1_16(hi, qp_and(qp_srli4(q), low), qp_bcast4(y + 32));
+    }
+    *tot = qp_add32(*tot, qp_madd16(lo, qp_load(ks->sc[2 * j])));
+    *tot = qp_add32(*tot, qp_madd16(hi, qp_load(ks->sc[2 * j + 1])));
+    for (int h = 0; h < 2; h++) /* the two int16 sums of sub-block 2j + h, as one 32-bit lane */
+        *cor = qp_add32(*cor, qp_madd16(qp_load(ks->co[2 * j + h]), qp_bcast4(&a->bsums[4 * j + 2 * h])));
+}
+#endif
+
 QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *act, int64_t act_row, float *y,
                       int64_t ldy) {
     const int q4k = type == CD_Q4_K, tile_bytes = q4k ? 2304 : 2176, qs = q4k ? 256 : 128;
     const int sums = q4k || QP_VNNI; /* a term through the activations' sub-block sums */
+    const int k16 = QP_ACC16 && q4k && mr == 1;
     const qp_i table = q4k ? qp_zero() : qp_levels_table(cd_kvalues_iq4nl), low = qp_set1_8(0x0f);
     qp_f sum[4];
     for (int i = 0; i < mr; i++) sum[i] = qp_zerof();
@@ -253,7 +300,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * tile_bytes;
         if (q4k)
-            q4k_scales(tile + 64, &ks);
+            q4k_scales(tile + 64, &ks, k16);
         else
             iq4xs_scales(tile, &ks);
         const cd_block_q8_K *a[4];
@@ -263,16 +310,27 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
             tot[i] = cor[i] = qp_zero();
         }
         for (int j = 0; j < 4; j++) {
+#if QP_ACC16
+            if (k16) {
+                q4k_pair16(tile + qs + 64 * 8 * j, a[0], j, &ks, &tot[0], &cor[0]);
+                continue;
+            }
+#endif
             qp_i acc[4][2]; /* sub-blocks 2j and 2j + 1 */
             for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
             if (q4k)
-                for (int u = 0; u < 8; u++) { /* a run at a time: see group32 */
-                    const qp_i q = qp_load(tile + qs + 64 * (8 * j + u));
-                    const qp_i lo = qp_and(q, low), hi = qp_and(qp_srli4(q), low);
+                for (int u = 0; u < 8; u += 2) {
+                    qp_i lo[2], hi[2];
+                    for (int v = 0; v < 2; v++) {
+                        const qp_i q = qp_load(tile + qs + 64 * (8 * j + u + v));
+                        lo[v] = qp_and(q, low);
+                        hi[v] = qp_and(qp_srli4(q), low);
+                    }
                     for (int i = 0; i < mr; i++) {
-                        const int8_t *ya = a[i]->qs + 64 * j + 4 * u;
-                        acc[i][0] = qp_dp1_16(acc[i][0], lo, qp_bcast4(ya));
-                        acc[i][1] = qp_dp1_16(acc[i][1], hi, qp_bcast4(ya + 32));
+                        const int8_t *ya = a[i]->qs + 64 * j;
+                        acc[i][0] = qp_dp2(acc[i][0], lo[0], qp_bcast4(ya + 4 * u), lo[1], qp_bcast4(ya + 4 * u + 4));
+                        acc[i][1] = qp_dp2(acc[i][1], hi[0], qp_bcast4(ya + 32 + 4 * u), hi[1],
+                                           qp_bcast4(ya + 36 + 4 * u));
                     }
                 }
             else {
@@ -287,15 +345,10 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
             for (int i = 0; i < mr; i++)
                 for (int h = 0; h < 2; h++) {
                     const int sb = 2 * j + h;
-                    const qp_i sc = qp_load(ks.sc[sb]), co = qp_load(ks.co[sb]);
-                    if (q4k) { /* mins times the sub-block's two 16-value sums: both in one vpmaddwd */
-                        tot[i] = qp_add32(tot[i], qp_mul_scale16(acc[i][h], sc));
-                        cor[i] = qp_add32(cor[i], qp_madd16(co, qp_bcast4(&a[i]->bsums[2 * sb])));
-                    } else {
-                        tot[i] = qp_add32(tot[i], qp_mullo(acc[i][h], sc));
-                        const int bsum = a[i]->bsums[2 * sb] + a[i]->bsums[2 * sb + 1];
-                        if (sums) cor[i] = qp_add32(cor[i], qp_mullo(co, qp_set1_32(bsum)));
-                    }
+                    tot[i] = qp_add32(tot[i], qp_mullo(acc[i][h], qp_load(ks.sc[sb])));
+                    if (sums)
+                        cor[i] = qp_add32(cor[i], qp_mullo(qp_load(ks.co[sb]),
+                                                           qp_set1_32(a[i]->bsums[2 * sb] + a[i]->bsums[2 * sb + 1])));
                 }
         }
         const qp_f d = qp_f16(tile);
@@ -328,10 +381,18 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
         }                                                                                                      \
     } while (0)
 
-/* Without memory for the levels, each pass unpacks. */
+/* Decode (m = 1) in a function of its own, for QP_DECODE_ATTR; without memory for the levels, each pass
+ * unpacks. */
 #define QP_GROUP32(T)                                                                                          \
+    static QP_DECODE_ATTR void row32_##T(const void *g, int64_t nb, const char *act, float *y) {               \
+        group32(CD_##T, 1, g, nb, act, 0, y, 0, NULL);                                                         \
+    }                                                                                                          \
     static void group32_##T(const void *g, int64_t nb, const char *act, int64_t act_row, int64_t m, float *y,  \
                                int64_t ldy) {                                                                  \
+        if (m == 1) {                                                                                          \
+            row32_##T(g, nb, act, y);                                                                          \
+            return;                                                                                            \
+        }                                                                                                      \
         const qp_t32 t = t32(CD_##T);                                                                          \
         char *dec = m > QP_MR && decode_once(t) ? cd_scratch(nb * QP_DEC32) : NULL;                            \
         if (dec) decode32(t, g, nb, table32(t), dec);                                                          \
@@ -341,8 +402,15 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
 #define QP_PASS32(mr, a, yy) group32(t.type, mr, g, nb, a, act_row, yy, ldy, dec)
 
 #define QP_GROUPK(T)                                                                                           \
+    static QP_DECODE_ATTR void rowk_##T(const void *g, int64_t nb, const char *act, float *y) {                \
+        groupk(CD_##T, 1, g, nb, act, 0, y, 0);                                                                \
+    }                                                                                                          \
     static void groupk_##T(const void *g, int64_t nb, const char *act, int64_t act_row, int64_t m, float *y,   \
                               int64_t ldy) {                                                                   \
+        if (m == 1) {                                                                                          \
+            rowk_##T(g, nb, act, y);                                                                           \
+            return;                                                                                            \
+        }                                                                                                      \
         const int ty = CD_##T;                                                                                 \
         QP_PASSES(QP_PASSK);                                                                                   \
     }

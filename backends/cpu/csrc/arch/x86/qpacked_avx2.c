@@ -13,6 +13,11 @@ typedef struct { __m256 lo, hi; } qp_f;
 #define QP_VNNI 0
 #define QP_MR 2 /* 16 ymm registers */
 #define QP_PREFETCH_Q4_0 16384 /* see templates/qpacked_impl.h */
+#define QP_ACC16 1        /* qp_dp1_16 and qp_widen16 */
+/* Decode's kernels (one row of activations) scheduled by gcc before register allocation, minding register
+ * pressure: otherwise they load all of a block's levels first and spill (9-25% slower on L2-resident tiles
+ * of Q4_0, Q4_1 and Q4_K), where the same scheduling slows the passes of 2 rows by as much. */
+#define QP_DECODE_ATTR __attribute__((noinline, optimize("schedule-insns", "sched-pressure")))
 #define QPACKED_FILL cd_qpacked_avx2
 
 #define QP_EACH(f) {f(a.lo), f(a.hi)}
@@ -84,11 +89,8 @@ static inline qp_i qp_dp1_16(qp_i acc, qp_i u, qp_i s) {
     return (qp_i){_mm256_add_epi16(acc.lo, _mm256_maddubs_epi16(u.lo, s.lo)),
                   _mm256_add_epi16(acc.hi, _mm256_maddubs_epi16(u.hi, s.hi))};
 }
-static inline qp_i qp_dp1_signed(qp_i acc, qp_i x, qp_i y) {
-    return (qp_i){dp1_signed(acc.lo, x.lo, y.lo), dp1_signed(acc.hi, x.hi, y.hi)};
-}
 static inline qp_i qp_madd16(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_madd_epi16); }
-/* A qp_dp1_16 accumulator as int32 lanes; times scales s (0..63, qp_scales16) in the same vpmaddwd. */
+/* A qp_dp1_16 accumulator as int32 lanes. */
 static inline qp_i qp_widen16(qp_i acc) { return qp_madd16(acc, qp_set1_16(1)); }
 /* 16 unsigned bytes, lane r = byte r in both 16-bit halves (b | b << 16): one vpshufb a half. */
 #define QP_PAIR16(r) -128, r, -128, r
@@ -100,8 +102,7 @@ static inline qp_i qp_from_u8_pair16(__m128i b) {
                                        QP_PAIR16(10), QP_PAIR16(9), QP_PAIR16(8));
     return (qp_i){_mm256_shuffle_epi8(v, lo), _mm256_shuffle_epi8(v, hi)};
 }
-static inline qp_i qp_scales16(__m128i b) { return qp_from_u8_pair16(b); }
-static inline qp_i qp_mul_scale16(qp_i acc, qp_i s16) { return qp_madd16(acc, s16); }
+static inline qp_i qp_from_u8(__m128i b) { return (qp_i){_mm256_cvtepu8_epi32(b), _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))}; }
 static inline qp_i qp_from_u16(const void *p) {
     return (qp_i){_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)),
                   _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p + 1))};

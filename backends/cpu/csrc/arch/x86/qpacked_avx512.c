@@ -48,15 +48,8 @@ static inline qp_i qp_srli32(qp_i a, int n) { return _mm512_srli_epi32(a, (unsig
 static inline qp_i qp_srai32(qp_i a, int n) { return _mm512_srai_epi32(a, (unsigned)n); }
 static inline qp_i qp_slli32(qp_i a, int n) { return _mm512_slli_epi32(a, (unsigned)n); }
 static inline qp_i qp_mullo(qp_i a, qp_i b) { return _mm512_mullo_epi32(a, b); }
-/* vpdpbusd's sums are 32-bit already: the layer's "16-bit" accumulators (AVX2's) are plain int32 here. */
-static inline qp_i qp_dp1_16(qp_i acc, qp_i u, qp_i s) { return _mm512_dpbusd_epi32(acc, u, s); }
-static inline qp_i qp_dp1_signed(qp_i acc, qp_i x, qp_i y) { return qp_dp1_16(acc, x, y); } /* unused with VNNI */
-static inline qp_i qp_widen16(qp_i acc) { return acc; }
-static inline qp_i qp_mul_scale16(qp_i acc, qp_i s) { return qp_mullo(acc, s); }
-static inline qp_i qp_madd16(qp_i a, qp_i b) { return _mm512_madd_epi16(a, b); }
 static inline qp_i qp_from_u8(__m128i b) { return _mm512_cvtepu8_epi32(b); }
-static inline qp_i qp_scales16(__m128i b) { return qp_from_u8(b); } /* for qp_mul_scale16 */
-/* 16 unsigned bytes, lane r = byte r in both 16-bit halves (b | b << 16). */
+/* 16 unsigned bytes, lane r = byte r in both 16-bit halves (b | b << 16): for AVX2's decode (QP_ACC16). */
 static inline qp_i qp_from_u8_pair16(__m128i b) {
     const qp_i w = qp_from_u8(b);
     return _mm512_or_si512(w, _mm512_slli_epi32(w, 16));
