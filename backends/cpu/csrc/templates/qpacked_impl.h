@@ -26,11 +26,12 @@
 /* No software prefetch: the groups lie end to end, one sequential stream that the hardware prefetcher
  * follows. A prefetchnta 1 KiB ahead of each tile cost 15-25% of the streaming speed of 64 MiB of Q4_0
  * and Q8_0 on Zen 4 (AVX-512 and AVX2 paths alike), and no loss was measured on SmolLM2's decoding steps.
- * One exception, QP_PREFETCH_Q4_0 bytes ahead (set by the AVX2 build): each line of a Q4_0 tile with
- * prefetcht1 16 KiB ahead took 64 MiB of it from 0.62-0.83 to 0.85-1.03 of a plain read's speed in three
- * quiet A/Bs on Zen 4, where on AVX-512 the same lost (0.80 -> 0.74) and Q4_1 did not move clearly. */
-#ifndef QP_PREFETCH_Q4_0
-#define QP_PREFETCH_Q4_0 0
+ * The exception, QP_PREFETCH bytes ahead (set by the AVX2 build): in decode (one row of activations, the
+ * weights streamed once), each line of a Q4_0, Q4_1 or Q4_K tile with prefetcht1 16 KiB ahead; on Zen 4 it took 64 MiB of Q4_0 from 0.62-0.83 to 0.85-1.03 of a plain
+ * read's speed in three quiet A/Bs, of Q4_K from 0.73-0.89 to 0.88-0.99 and of Q4_1 from 0.73-0.82 to
+ * 0.84-0.89 in two loaded ones, where on AVX-512 the same lost (Q4_0: 0.80 -> 0.74). */
+#ifndef QP_PREFETCH
+#define QP_PREFETCH 0
 #endif
 /* QP_ACC16 (set by the AVX2 build): the layer adds vpmaddubsw's pair sums in 16 bits (qp_dp1_16), which
  * decode uses for the 4-bit types; QP_DECODE_ATTR: what decode's kernels are compiled with. */
@@ -193,8 +194,8 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
     }
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * t.tile;
-        if (QP_PREFETCH_Q4_0 && type == CD_Q4_0 && !dec) /* a hint: never faults past the buffer */
-            for (int o = 0; o < t.tile; o += 64) __builtin_prefetch(tile + QP_PREFETCH_Q4_0 + o, 0, 2);
+        if (QP_PREFETCH && mr == 1 && (type == CD_Q4_0 || type == CD_Q4_1) && !dec) /* a hint: never faults */
+            for (int o = 0; o < t.tile; o += 64) __builtin_prefetch(tile + QP_PREFETCH + o, 0, 2);
         const int8_t *yb[4];
         qp_i isum[4];
         for (int i = 0; i < mr; i++) yb[i] = (const int8_t *)(a[i] + b * t.a_size + t.a_levels);
@@ -299,6 +300,8 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
     qp_kscales ks;
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * tile_bytes;
+        if (QP_PREFETCH && mr == 1 && q4k)
+            for (int o = 0; o < tile_bytes; o += 64) __builtin_prefetch(tile + QP_PREFETCH + o, 0, 2);
         if (q4k)
             q4k_scales(tile + 64, &ks, k16);
         else
