@@ -27,14 +27,15 @@
  * follows. A prefetchnta 1 KiB ahead of each tile cost 15-25% of the streaming speed of 64 MiB of Q4_0
  * and Q8_0 on Zen 4 (AVX-512 and AVX2 paths alike), and no loss was measured on SmolLM2's decoding steps.
  * The exception, QP_PREFETCH bytes ahead (set by the AVX2 build): in decode (one row of activations, the
- * weights streamed once), each line of a Q4_0, Q4_1 or Q4_K tile with prefetcht1 16 KiB ahead; on Zen 4 it took 64 MiB of Q4_0 from 0.62-0.83 to 0.85-1.03 of a plain
- * read's speed in three quiet A/Bs, of Q4_K from 0.73-0.89 to 0.88-0.99 and of Q4_1 from 0.73-0.82 to
- * 0.84-0.89 in two loaded ones, where on AVX-512 the same lost (Q4_0: 0.80 -> 0.74). */
+ * weights streamed once), each line of a Q4_0, Q4_1 or Q4_K tile with prefetcht1 16 KiB ahead; on Zen 4
+ * it took 64 MiB of Q4_0 from 0.62-0.83 to 0.85-1.03 of a plain read's speed in three quiet A/Bs, of Q4_K
+ * from 0.73-0.89 to 0.88-0.99 and of Q4_1 from 0.73-0.82 to 0.84-0.89 in two loaded ones, where on
+ * AVX-512 the same lost (Q4_0: 0.80 -> 0.74). */
 #ifndef QP_PREFETCH
 #define QP_PREFETCH 0
 #endif
 /* QP_ACC16 (set by the AVX2 build): the layer adds vpmaddubsw's pair sums in 16 bits (qp_dp1_16), which
- * decode uses for the 4-bit types; QP_DECODE_ATTR: what decode's kernels are compiled with. */
+ * decode uses for the 4-bit types; QP_DECODE_ATTR: what the 4-bit types' decode kernels are compiled with. */
 #ifndef QP_ACC16
 #define QP_ACC16 0
 #endif
@@ -384,10 +385,10 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
         }                                                                                                      \
     } while (0)
 
-/* Decode (m = 1) in a function of its own, for QP_DECODE_ATTR; without memory for the levels, each pass
+/* Decode (m = 1) in a function of its own, compiled with ATTR; without memory for the levels, each pass
  * unpacks. */
-#define QP_GROUP32(T)                                                                                          \
-    static QP_DECODE_ATTR void row32_##T(const void *g, int64_t nb, const char *act, float *y) {               \
+#define QP_GROUP32(T, ATTR)                                                                                    \
+    static ATTR void row32_##T(const void *g, int64_t nb, const char *act, float *y) {               \
         group32(CD_##T, 1, g, nb, act, 0, y, 0, NULL);                                                         \
     }                                                                                                          \
     static void group32_##T(const void *g, int64_t nb, const char *act, int64_t act_row, int64_t m, float *y,  \
@@ -404,8 +405,8 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
     }
 #define QP_PASS32(mr, a, yy) group32(t.type, mr, g, nb, a, act_row, yy, ldy, dec)
 
-#define QP_GROUPK(T)                                                                                           \
-    static QP_DECODE_ATTR void rowk_##T(const void *g, int64_t nb, const char *act, float *y) {                \
+#define QP_GROUPK(T, ATTR)                                                                                     \
+    static ATTR void rowk_##T(const void *g, int64_t nb, const char *act, float *y) {                \
         groupk(CD_##T, 1, g, nb, act, 0, y, 0);                                                                \
     }                                                                                                          \
     static void groupk_##T(const void *g, int64_t nb, const char *act, int64_t act_row, int64_t m, float *y,   \
@@ -419,15 +420,16 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
     }
 #define QP_PASSK(mr, a, yy) groupk(ty, mr, g, nb, a, act_row, yy, ldy)
 
-QP_GROUP32(Q4_0)
-QP_GROUP32(Q4_1)
-QP_GROUP32(Q5_0)
-QP_GROUP32(Q5_1)
-QP_GROUP32(Q8_0)
-QP_GROUP32(IQ4_NL)
-QP_GROUP32(MXFP4)
-QP_GROUPK(Q4_K)
-QP_GROUPK(IQ4_XS)
+/* QP_DECODE_ATTR for the 4-bit types' decode (on AVX2 the others' measured no gain, or a loss) */
+QP_GROUP32(Q4_0, QP_DECODE_ATTR)
+QP_GROUP32(Q4_1, QP_DECODE_ATTR)
+QP_GROUP32(Q5_0, )
+QP_GROUP32(Q5_1, )
+QP_GROUP32(Q8_0, )
+QP_GROUP32(IQ4_NL, )
+QP_GROUP32(MXFP4, )
+QP_GROUPK(Q4_K, QP_DECODE_ATTR)
+QP_GROUPK(IQ4_XS, )
 
 void QPACKED_FILL(cd_isa_ops *ops) {
     ops->qgroup[CD_Q4_0] = group32_Q4_0;

@@ -14,9 +14,9 @@ typedef struct { __m256 lo, hi; } qp_f;
 #define QP_MR 2 /* 16 ymm registers */
 #define QP_PREFETCH 16384 /* see templates/qpacked_impl.h */
 #define QP_ACC16 1        /* qp_dp1_16 and qp_widen16 */
-/* Decode's kernels (one row of activations) scheduled by gcc before register allocation, minding register
- * pressure: otherwise they load all of a block's levels first and spill (9-25% slower on L2-resident tiles
- * of Q4_0, Q4_1 and Q4_K), where the same scheduling slows the passes of 2 rows by as much. */
+/* The 4-bit types' decode kernels (one row of activations) scheduled by gcc before register allocation,
+ * minding register pressure: otherwise they load all of a block's levels first and spill (9-25% slower on
+ * L2-resident tiles of Q4_0, Q4_1 and Q4_K), where the same scheduling slows passes of 2 rows as much. */
 #define QP_DECODE_ATTR __attribute__((noinline, optimize("schedule-insns", "sched-pressure")))
 #define QPACKED_FILL cd_qpacked_avx2
 
