@@ -26,8 +26,8 @@
 /* No software prefetch: the groups lie end to end, one sequential stream that the hardware prefetcher
  * follows. A prefetchnta 1 KiB ahead of each tile cost 15-25% of the streaming speed of 64 MiB of Q4_0
  * and Q8_0 on Zen 4 (AVX-512 and AVX2 paths alike), and no loss was measured on SmolLM2's decoding steps.
- * The exception, QP_PREFETCH bytes ahead (set by the AVX2 build): in decode (one row of activations, the
- * weights streamed once), each line of a Q4_0, Q4_1 or Q4_K tile with prefetcht1 16 KiB ahead; on Zen 4
+ * The exception, QP_PREFETCH bytes ahead (set by the AVX2 build): each line of a Q4_0 tile, and in decode
+ * (one row of activations) of a Q4_1 or Q4_K tile, with prefetcht1 16 KiB ahead; on Zen 4
  * it took 64 MiB of Q4_0 from 0.62-0.83 to 0.85-1.03 of a plain read's speed in three quiet A/Bs, of Q4_K
  * from 0.73-0.89 to 0.88-0.99 and of Q4_1 from 0.73-0.82 to 0.84-0.89 in two loaded ones, where on
  * AVX-512 the same lost (Q4_0: 0.80 -> 0.74). */
@@ -146,29 +146,6 @@ QP_INLINE qp_i block16(qp_t32 t, const char *tile, const int8_t *y) {
 }
 #endif
 
-/* isum[i]: a block's integer sums with the levels of mr rows of activations at y[i] (offsets not taken off). */
-QP_INLINE void block_sums(qp_t32 t, int mr, const char *tile, const char *db, qp_i table, const int8_t *const y[4],
-                          qp_i isum[4]) {
-#if QP_ACC16
-    if (mr == 1 && !db && t.bits < 0 && !t.signed_levels) {
-        isum[0] = block16(t, tile, y[0]);
-        return;
-    }
-#endif
-    qp_i acc[4][2];
-    for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
-    for (int s = 0; s < 4; s += 2) { /* acc[i][0]: the low levels' products, acc[i][1]: the high ones' */
-        qp_i lo[2], hi[2];
-        levels_at(t, tile, db, s, table, &lo[0], &hi[0]);
-        levels_at(t, tile, db, s + 1, table, &lo[1], &hi[1]);
-        for (int i = 0; i < mr; i++) {
-            acc[i][0] = dot2(t, acc[i][0], lo[0], y[i] + 4 * s, lo[1], y[i] + 4 * s + 4);
-            acc[i][1] = dot2(t, acc[i][1], hi[0], y[i] + 16 + 4 * s, hi[1], y[i] + 20 + 4 * s);
-        }
-    }
-    for (int i = 0; i < mr; i++) isum[i] = qp_add32(acc[i][0], t.hi16 ? qp_srai32(acc[i][1], 4) : acc[i][1]);
-}
-
 QP_INLINE qp_f scale32(qp_t32 t, const char *tile) { return t.type == CD_MXFP4 ? qp_e8m0(tile) : qp_f16(tile); }
 
 /* y[i * ldy + r] for mr (<= QP_MR <= 4) activation rows at act + i * act_row. */
@@ -195,20 +172,53 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
     }
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * t.tile;
-        if (QP_PREFETCH && mr == 1 && (type == CD_Q4_0 || type == CD_Q4_1) && !dec) /* a hint: never faults */
+        if (QP_PREFETCH && type == CD_Q4_0 && !dec) /* a hint: never faults past the buffer */
             for (int o = 0; o < t.tile; o += 64) __builtin_prefetch(tile + QP_PREFETCH + o, 0, 2);
-        const int8_t *yb[4];
-        qp_i isum[4];
-        for (int i = 0; i < mr; i++) yb[i] = (const int8_t *)(a[i] + b * t.a_size + t.a_levels);
-        block_sums(t, mr, tile, dec ? dec + b * QP_DEC32 : NULL, table, yb, isum);
+        qp_i acc[4][2];
+        for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
+        for (int s = 0; s < 4; s += 2) { /* acc[i][0]: the low levels' products, acc[i][1]: the high ones' */
+            qp_i lo[2], hi[2];
+            const char *db = dec ? dec + b * QP_DEC32 : NULL;
+            levels_at(t, tile, db, s, table, &lo[0], &hi[0]);
+            levels_at(t, tile, db, s + 1, table, &lo[1], &hi[1]);
+            for (int i = 0; i < mr; i++) {
+                const int8_t *yb = (const int8_t *)(a[i] + b * t.a_size + t.a_levels) + 4 * s;
+                acc[i][0] = dot2(t, acc[i][0], lo[0], yb, lo[1], yb + 4);
+                acc[i][1] = dot2(t, acc[i][1], hi[0], yb + 16, hi[1], yb + 20);
+            }
+        }
         const qp_f d = scale32(t, tile);
         for (int i = 0; i < mr; i++) {
-            if (t.offset) isum[i] = qp_sub32(isum[i], qp_set1_32(t.offset * ys[i][b]));
-            sum[i] = qp_fma(qp_cvt(isum[i]), qp_mul(d, qp_set1f(as[i][b])), sum[i]);
+            qp_i isum = qp_add32(acc[i][0], t.hi16 ? qp_srai32(acc[i][1], 4) : acc[i][1]);
+            if (t.offset) isum = qp_sub32(isum, qp_set1_32(t.offset * ys[i][b]));
+            sum[i] = qp_fma(qp_cvt(isum), qp_mul(d, qp_set1f(as[i][b])), sum[i]);
             if (t.min >= 0) sum[i] = qp_fma(qp_f16(tile + t.min), qp_set1f(as[i][b] * (float)ys[i][b]), sum[i]);
         }
     }
     for (int i = 0; i < mr; i++) qp_store(y + i * ldy, sum[i]);
+}
+
+/* y[r] for one row of activations at act (decode): with QP_ACC16 the 4-bit types by block16, prefetching. */
+QP_INLINE void row32(int type, const char *g, int64_t nb, const char *act, float *y) {
+#if QP_ACC16
+    const qp_t32 t = t32(type);
+    if (t.bits < 0 && !t.signed_levels) {
+        const float *as = cd_act_scales(act, nb);
+        const int32_t *ys = cd_act_sums(act, nb);
+        qp_f sum = qp_zerof();
+        for (int64_t b = 0; b < nb; b++) {
+            const char *tile = g + b * t.tile;
+            for (int o = 0; QP_PREFETCH && o < t.tile; o += 64) __builtin_prefetch(tile + QP_PREFETCH + o, 0, 2);
+            qp_i isum = block16(t, tile, (const int8_t *)(act + b * t.a_size + t.a_levels));
+            if (t.offset) isum = qp_sub32(isum, qp_set1_32(t.offset * ys[b])); /* group32's float order */
+            sum = qp_fma(qp_cvt(isum), qp_mul(scale32(t, tile), qp_set1f(as[b])), sum);
+            if (t.min >= 0) sum = qp_fma(qp_f16(tile + t.min), qp_set1f(as[b] * (float)ys[b]), sum);
+        }
+        qp_store(y, sum);
+        return;
+    }
+#endif
+    group32(type, 1, g, nb, act, 0, y, 0, NULL);
 }
 
 /* ---- 256-value super-blocks (q4k, iq4_xs) with q8_K activations -------------------------------------
@@ -389,7 +399,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
  * unpacks. */
 #define QP_GROUP32(T, ATTR)                                                                                    \
     static ATTR void row32_##T(const void *g, int64_t nb, const char *act, float *y) {               \
-        group32(CD_##T, 1, g, nb, act, 0, y, 0, NULL);                                                         \
+        row32(CD_##T, g, nb, act, y);                                                                          \
     }                                                                                                          \
     static void group32_##T(const void *g, int64_t nb, const char *act, int64_t act_row, int64_t m, float *y,  \
                                int64_t ldy) {                                                                  \
