@@ -26,11 +26,21 @@
 /* No software prefetch: the groups lie end to end, one sequential stream that the hardware prefetcher
  * follows. A prefetchnta 1 KiB ahead of each tile cost 15-25% of the streaming speed of 64 MiB of Q4_0
  * and Q8_0 on Zen 4 (AVX-512 and AVX2 paths alike), and no loss was measured on SmolLM2's decoding steps.
- * One exception, QP_PREFETCH_Q4_0 bytes ahead (set by the AVX2 build): each line of a Q4_0 tile with
- * prefetcht1 16 KiB ahead took 64 MiB of it from 0.62-0.83 to 0.85-1.03 of a plain read's speed in three
- * quiet A/Bs on Zen 4, where on AVX-512 the same lost (0.80 -> 0.74) and Q4_1 did not move clearly. */
-#ifndef QP_PREFETCH_Q4_0
-#define QP_PREFETCH_Q4_0 0
+ * The exception, QP_PREFETCH bytes ahead (set by the AVX2 build): each line of a Q4_0 tile, and in decode
+ * (one row of activations) of a Q4_1 or Q4_K tile, with prefetcht1 16 KiB ahead; on Zen 4
+ * it took 64 MiB of Q4_0 from 0.62-0.83 to 0.85-1.03 of a plain read's speed in three quiet A/Bs, of Q4_K
+ * from 0.73-0.89 to 0.88-0.99 and of Q4_1 from 0.73-0.82 to 0.84-0.89 in two loaded ones, where on
+ * AVX-512 the same lost (Q4_0: 0.80 -> 0.74). */
+#ifndef QP_PREFETCH
+#define QP_PREFETCH 0
+#endif
+/* QP_ACC16 (set by the AVX2 build): the layer adds vpmaddubsw's pair sums in 16 bits (qp_dp1_16), which
+ * decode uses for the 4-bit types; QP_DECODE_ATTR: what the 4-bit types' decode kernels are compiled with. */
+#ifndef QP_ACC16
+#define QP_ACC16 0
+#endif
+#ifndef QP_DECODE_ATTR
+#define QP_DECODE_ATTR
 #endif
 
 /* 16 levels as a byte table for qp_shuffle (signed; + 128 for unsigned products with VNNI). */
@@ -122,6 +132,20 @@ QP_INLINE qp_i dot2(qp_t32 t, qp_i acc, qp_i u1, const int8_t *y1, qp_i u2, cons
     return qp_dp2(acc, u1, qp_bcast4(y1), u2, qp_bcast4(y2));
 }
 
+#if QP_ACC16
+/* A block's sum for one row of activations at y and levels below 16 (Q4_0, Q4_1): its 8 pair sums of each
+ * lane add in 16 bits (at most 8 * 2 * 15 * 128 = 30720) before one vpmaddwd, where qp_dp2 spends a
+ * vpmaddwd and a vpaddd on every two; a step at a time, so that nothing spills. */
+QP_INLINE qp_i block16(qp_t32 t, const char *tile, const int8_t *y) {
+    qp_i acc = qp_zero(), lo, hi;
+    for (int s = 0; s < 4; s++) {
+        levels32(t, tile, s, qp_zero(), &lo, &hi);
+        acc = qp_dp1_16(qp_dp1_16(acc, lo, qp_bcast4(y + 4 * s)), hi, qp_bcast4(y + 16 + 4 * s));
+    }
+    return qp_widen16(acc);
+}
+#endif
+
 QP_INLINE qp_f scale32(qp_t32 t, const char *tile) { return t.type == CD_MXFP4 ? qp_e8m0(tile) : qp_f16(tile); }
 
 /* y[i * ldy + r] for mr (<= QP_MR <= 4) activation rows at act + i * act_row. */
@@ -148,8 +172,8 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
     }
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * t.tile;
-        if (QP_PREFETCH_Q4_0 && type == CD_Q4_0 && !dec) /* a hint: never faults past the buffer */
-            for (int o = 0; o < t.tile; o += 64) __builtin_prefetch(tile + QP_PREFETCH_Q4_0 + o, 0, 2);
+        if (QP_PREFETCH && type == CD_Q4_0 && !dec) /* a hint: never faults past the buffer */
+            for (int o = 0; o < t.tile; o += 64) __builtin_prefetch(tile + QP_PREFETCH + o, 0, 2);
         qp_i acc[4][2];
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
         for (int s = 0; s < 4; s += 2) { /* acc[i][0]: the low levels' products, acc[i][1]: the high ones' */
@@ -174,6 +198,29 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
     for (int i = 0; i < mr; i++) qp_store(y + i * ldy, sum[i]);
 }
 
+/* y[r] for one row of activations at act (decode): with QP_ACC16 the 4-bit types by block16, prefetching. */
+QP_INLINE void row32(int type, const char *g, int64_t nb, const char *act, float *y) {
+#if QP_ACC16
+    const qp_t32 t = t32(type);
+    if (t.bits < 0 && !t.signed_levels) {
+        const float *as = cd_act_scales(act, nb);
+        const int32_t *ys = cd_act_sums(act, nb);
+        qp_f sum = qp_zerof();
+        for (int64_t b = 0; b < nb; b++) {
+            const char *tile = g + b * t.tile;
+            for (int o = 0; QP_PREFETCH && o < t.tile; o += 64) __builtin_prefetch(tile + QP_PREFETCH + o, 0, 2);
+            qp_i isum = block16(t, tile, (const int8_t *)(act + b * t.a_size + t.a_levels));
+            if (t.offset) isum = qp_sub32(isum, qp_set1_32(t.offset * ys[b])); /* group32's float order */
+            sum = qp_fma(qp_cvt(isum), qp_mul(scale32(t, tile), qp_set1f(as[b])), sum);
+            if (t.min >= 0) sum = qp_fma(qp_f16(tile + t.min), qp_set1f(as[b] * (float)ys[b]), sum);
+        }
+        qp_store(y, sum);
+        return;
+    }
+#endif
+    group32(type, 1, g, nb, act, 0, y, 0, NULL);
+}
+
 /* ---- 256-value super-blocks (q4k, iq4_xs) with q8_K activations -------------------------------------
  * A tile's quants are 32 runs of 64 bytes; runs 8j..8j+7 hold sub-blocks 2j and 2j + 1 (32 values each):
  * q4k in their low and high nibbles, iq4_xs in runs 8j..8j+3 and 8j+4..8j+7 (low nibbles the first 16
@@ -184,8 +231,9 @@ typedef struct {
     int32_t co[8][CD_QPACK_GROUP]; /* what the activations' sub-block sums are multiplied by */
 } qp_kscales;
 
-/* q4k's 8 scales and 8 mins of 16 rows from the 12 byte planes of their packed 6-bit fields. */
-QP_INLINE void q4k_scales(const char *planes, qp_kscales *out) {
+/* q4k's 8 scales and 8 mins of 16 rows from the 12 byte planes of their packed 6-bit fields (pair16: each in
+ * both 16-bit halves of its lane, for vpmaddwd). */
+QP_INLINE void q4k_scales(const char *planes, qp_kscales *out, int pair16) {
     __m128i p[12];
     for (int i = 0; i < 12; i++) p[i] = _mm_loadu_si128((const __m128i *)(planes + 16 * i));
     const __m128i m6 = _mm_set1_epi8(63), m4 = _mm_set1_epi8(15), top = _mm_set1_epi8(0x30);
@@ -198,8 +246,8 @@ QP_INLINE void q4k_scales(const char *planes, qp_kscales *out) {
             sc = _mm_or_si128(_mm_and_si128(p[j + 4], m4), _mm_and_si128(_mm_srli_epi16(p[j - 4], 2), top));
             mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(p[j + 4], 4), m4), _mm_and_si128(_mm_srli_epi16(p[j], 2), top));
         }
-        qp_store_i(out->sc[j], qp_from_u8(sc));
-        qp_store_i(out->co[j], qp_from_u8(mn));
+        qp_store_i(out->sc[j], pair16 ? qp_from_u8_pair16(sc) : qp_from_u8(sc));
+        qp_store_i(out->co[j], pair16 ? qp_from_u8_pair16(mn) : qp_from_u8(mn));
     }
 }
 
@@ -231,18 +279,42 @@ QP_INLINE void iq4xs_sub(int mr, const char *runs, qp_i table, const cd_block_q8
     }
 }
 
+#if QP_ACC16
+/* q4k's sub-blocks 2j and 2j + 1 for one row of activations a (pair16 scales): each sub-block's 8 pair sums of
+ * a lane add in 16 bits (see block16), one vpmaddwd applies its 6-bit scale and one more its min times its two
+ * 16-value activation sums, where the 32-bit path spends 4 vpmaddwd and a vpmulld on each. */
+QP_INLINE void q4k_pair16(const char *runs, const cd_block_q8_K *a, int j, const qp_kscales *ks, qp_i *tot,
+                          qp_i *cor) {
+    const qp_i low = qp_set1_8(0x0f);
+    qp_i lo = qp_zero(), hi = qp_zero();
+    for (int u = 0; u < 8; u++) { /* a run at a time, so that nothing spills */
+        const qp_i q = qp_load(runs + 64 * u);
+        const int8_t *y = a->qs + 64 * j + 4 * u;
+        lo = qp_dp1_16(lo, qp_and(q, low), qp_bcast4(y));
+        hi = qp_dp1_16(hi, qp_and(qp_srli4(q), low), qp_bcast4(y + 32));
+    }
+    *tot = qp_add32(*tot, qp_madd16(lo, qp_load(ks->sc[2 * j])));
+    *tot = qp_add32(*tot, qp_madd16(hi, qp_load(ks->sc[2 * j + 1])));
+    for (int h = 0; h < 2; h++) /* the two int16 sums of sub-block 2j + h, as one 32-bit lane */
+        *cor = qp_add32(*cor, qp_madd16(qp_load(ks->co[2 * j + h]), qp_bcast4(&a->bsums[4 * j + 2 * h])));
+}
+#endif
+
 QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *act, int64_t act_row, float *y,
                       int64_t ldy) {
     const int q4k = type == CD_Q4_K, tile_bytes = q4k ? 2304 : 2176, qs = q4k ? 256 : 128;
     const int sums = q4k || QP_VNNI; /* a term through the activations' sub-block sums */
+    const int k16 = QP_ACC16 && q4k && mr == 1;
     const qp_i table = q4k ? qp_zero() : qp_levels_table(cd_kvalues_iq4nl), low = qp_set1_8(0x0f);
     qp_f sum[4];
     for (int i = 0; i < mr; i++) sum[i] = qp_zerof();
     qp_kscales ks;
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * tile_bytes;
+        if (QP_PREFETCH && mr == 1 && q4k)
+            for (int o = 0; o < tile_bytes; o += 64) __builtin_prefetch(tile + QP_PREFETCH + o, 0, 2);
         if (q4k)
-            q4k_scales(tile + 64, &ks);
+            q4k_scales(tile + 64, &ks, k16);
         else
             iq4xs_scales(tile, &ks);
         const cd_block_q8_K *a[4];
@@ -252,6 +324,12 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
             tot[i] = cor[i] = qp_zero();
         }
         for (int j = 0; j < 4; j++) {
+#if QP_ACC16
+            if (k16) {
+                q4k_pair16(tile + qs + 64 * 8 * j, a[0], j, &ks, &tot[0], &cor[0]);
+                continue;
+            }
+#endif
             qp_i acc[4][2]; /* sub-blocks 2j and 2j + 1 */
             for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
             if (q4k)
@@ -317,10 +395,18 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
         }                                                                                                      \
     } while (0)
 
-/* Without memory for the levels, each pass unpacks. */
-#define QP_GROUP32(T)                                                                                          \
+/* Decode (m = 1) in a function of its own, compiled with ATTR; without memory for the levels, each pass
+ * unpacks. */
+#define QP_GROUP32(T, ATTR)                                                                                    \
+    static ATTR void row32_##T(const void *g, int64_t nb, const char *act, float *y) {               \
+        row32(CD_##T, g, nb, act, y);                                                                          \
+    }                                                                                                          \
     static void group32_##T(const void *g, int64_t nb, const char *act, int64_t act_row, int64_t m, float *y,  \
                                int64_t ldy) {                                                                  \
+        if (m == 1) {                                                                                          \
+            row32_##T(g, nb, act, y);                                                                          \
+            return;                                                                                            \
+        }                                                                                                      \
         const qp_t32 t = t32(CD_##T);                                                                          \
         char *dec = m > QP_MR && decode_once(t) ? cd_scratch(nb * QP_DEC32) : NULL;                            \
         if (dec) decode32(t, g, nb, table32(t), dec);                                                          \
@@ -329,23 +415,31 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
     }
 #define QP_PASS32(mr, a, yy) group32(t.type, mr, g, nb, a, act_row, yy, ldy, dec)
 
-#define QP_GROUPK(T)                                                                                           \
+#define QP_GROUPK(T, ATTR)                                                                                     \
+    static ATTR void rowk_##T(const void *g, int64_t nb, const char *act, float *y) {                \
+        groupk(CD_##T, 1, g, nb, act, 0, y, 0);                                                                \
+    }                                                                                                          \
     static void groupk_##T(const void *g, int64_t nb, const char *act, int64_t act_row, int64_t m, float *y,   \
                               int64_t ldy) {                                                                   \
+        if (m == 1) {                                                                                          \
+            rowk_##T(g, nb, act, y);                                                                           \
+            return;                                                                                            \
+        }                                                                                                      \
         const int ty = CD_##T;                                                                                 \
         QP_PASSES(QP_PASSK);                                                                                   \
     }
 #define QP_PASSK(mr, a, yy) groupk(ty, mr, g, nb, a, act_row, yy, ldy)
 
-QP_GROUP32(Q4_0)
-QP_GROUP32(Q4_1)
-QP_GROUP32(Q5_0)
-QP_GROUP32(Q5_1)
-QP_GROUP32(Q8_0)
-QP_GROUP32(IQ4_NL)
-QP_GROUP32(MXFP4)
-QP_GROUPK(Q4_K)
-QP_GROUPK(IQ4_XS)
+/* QP_DECODE_ATTR for the 4-bit types' decode (on AVX2 the others' measured no gain, or a loss) */
+QP_GROUP32(Q4_0, QP_DECODE_ATTR)
+QP_GROUP32(Q4_1, QP_DECODE_ATTR)
+QP_GROUP32(Q5_0, )
+QP_GROUP32(Q5_1, )
+QP_GROUP32(Q8_0, )
+QP_GROUP32(IQ4_NL, )
+QP_GROUP32(MXFP4, )
+QP_GROUPK(Q4_K, QP_DECODE_ATTR)
+QP_GROUPK(IQ4_XS, )
 
 void QPACKED_FILL(cd_isa_ops *ops) {
     ops->qgroup[CD_Q4_0] = group32_Q4_0;

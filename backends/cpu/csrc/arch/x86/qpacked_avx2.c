@@ -1,6 +1,8 @@
 /* The packed-weight kernels (templates/qpacked_impl.h) on AVX2: a 16-lane
  * vector is two 256-bit halves (rows 0-7, 8-15), and a 4-byte dot product is
- * vpmaddubsw (pairs of byte products in 16 bits) then vpmaddwd. */
+ * vpmaddubsw (pairs of byte products in 16 bits) then vpmaddwd; levels below
+ * 16 add a whole block's (sub-block's) pair sums in 16 bits before the one
+ * vpmaddwd, which also applies Q4_K's 6-bit scale. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -10,7 +12,12 @@ typedef struct { __m256i lo, hi; } qp_i;
 typedef struct { __m256 lo, hi; } qp_f;
 #define QP_VNNI 0
 #define QP_MR 2 /* 16 ymm registers */
-#define QP_PREFETCH_Q4_0 16384 /* see templates/qpacked_impl.h */
+#define QP_PREFETCH 16384 /* see templates/qpacked_impl.h */
+#define QP_ACC16 1        /* qp_dp1_16 and qp_widen16 */
+/* The 4-bit types' decode kernels (one row of activations) scheduled by gcc before register allocation,
+ * minding register pressure: otherwise they load all of a block's levels first and spill (9-25% slower on
+ * L2-resident tiles of Q4_0, Q4_1 and Q4_K), where the same scheduling slows passes of 2 rows as much. */
+#define QP_DECODE_ATTR __attribute__((noinline, optimize("schedule-insns", "sched-pressure")))
 #define QPACKED_FILL cd_qpacked_avx2
 
 #define QP_EACH(f) {f(a.lo), f(a.hi)}
@@ -28,6 +35,7 @@ static inline qp_i qp_sub32(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_sub_e
 static inline qp_i qp_srli4(qp_i a) { return (qp_i){_mm256_srli_epi16(a.lo, 4), _mm256_srli_epi16(a.hi, 4)}; }
 static inline qp_i qp_set1_8(char c) { return (qp_i){_mm256_set1_epi8(c), _mm256_set1_epi8(c)}; }
 static inline qp_i qp_set1_32(int v) { return (qp_i){_mm256_set1_epi32(v), _mm256_set1_epi32(v)}; }
+static inline qp_i qp_set1_16(short v) { return (qp_i){_mm256_set1_epi16(v), _mm256_set1_epi16(v)}; }
 static inline qp_i qp_bcast4(const void *p) {
     int v;
     memcpy(&v, p, 4);
@@ -74,6 +82,26 @@ static inline qp_i qp_srli32(qp_i a, int n) { return (qp_i){_mm256_srli_epi32(a.
 static inline qp_i qp_srai32(qp_i a, int n) { return (qp_i){_mm256_srai_epi32(a.lo, n), _mm256_srai_epi32(a.hi, n)}; }
 static inline qp_i qp_slli32(qp_i a, int n) { return (qp_i){_mm256_slli_epi32(a.lo, n), _mm256_slli_epi32(a.hi, n)}; }
 static inline qp_i qp_mullo(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_mullo_epi32); }
+/* acc + u . s in 16-bit lanes (each the sum of 2 byte products): with unsigned u <= 15 and any s, 8 such
+ * pair sums add to at most 8 * 2 * 15 * 128 = 30720 (u <= 31: 4 of them), so a block's products add up
+ * without a vpmaddwd and a vpaddd for every two vpmaddubsw. */
+static inline qp_i qp_dp1_16(qp_i acc, qp_i u, qp_i s) {
+    return (qp_i){_mm256_add_epi16(acc.lo, _mm256_maddubs_epi16(u.lo, s.lo)),
+                  _mm256_add_epi16(acc.hi, _mm256_maddubs_epi16(u.hi, s.hi))};
+}
+static inline qp_i qp_madd16(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_madd_epi16); }
+/* A qp_dp1_16 accumulator as int32 lanes. */
+static inline qp_i qp_widen16(qp_i acc) { return qp_madd16(acc, qp_set1_16(1)); }
+/* 16 unsigned bytes, lane r = byte r in both 16-bit halves (b | b << 16): one vpshufb a half. */
+#define QP_PAIR16(r) -128, r, -128, r
+static inline qp_i qp_from_u8_pair16(__m128i b) {
+    const __m256i v = _mm256_broadcastsi128_si256(b);
+    const __m256i lo = _mm256_set_epi8(QP_PAIR16(7), QP_PAIR16(6), QP_PAIR16(5), QP_PAIR16(4), QP_PAIR16(3),
+                                       QP_PAIR16(2), QP_PAIR16(1), QP_PAIR16(0));
+    const __m256i hi = _mm256_set_epi8(QP_PAIR16(15), QP_PAIR16(14), QP_PAIR16(13), QP_PAIR16(12), QP_PAIR16(11),
+                                       QP_PAIR16(10), QP_PAIR16(9), QP_PAIR16(8));
+    return (qp_i){_mm256_shuffle_epi8(v, lo), _mm256_shuffle_epi8(v, hi)};
+}
 static inline qp_i qp_from_u8(__m128i b) { return (qp_i){_mm256_cvtepu8_epi32(b), _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))}; }
 static inline qp_i qp_from_u16(const void *p) {
     return (qp_i){_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)),
