@@ -17,7 +17,11 @@ typedef struct { __m256 lo, hi; } qp_f;
 /* The 4-bit types' decode kernels (one row of activations) scheduled by gcc before register allocation,
  * minding register pressure: otherwise they load all of a block's levels first and spill (9-25% slower on
  * L2-resident tiles of Q4_0, Q4_1 and Q4_K), where the same scheduling slows passes of 2 rows as much. */
+#if defined(__clang__) /* no per-function optimize attribute: the kernels as compiled */
+#define QP_DECODE_ATTR __attribute__((noinline))
+#else
 #define QP_DECODE_ATTR __attribute__((noinline, optimize("schedule-insns", "sched-pressure")))
+#endif
 #define QPACKED_FILL cd_qpacked_avx2
 
 #define QP_EACH(f) {f(a.lo), f(a.hi)}
