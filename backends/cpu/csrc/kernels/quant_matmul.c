@@ -46,9 +46,11 @@ static const cd_qtype_info *checked_type(int32_t type, int64_t k, const char *wh
 
 static int64_t rows_per_task(int64_t row_bytes) { return CD_MAX(1, QMM_GRAIN_BYTES / CD_MAX(1, row_bytes)); }
 
-/* The grain of a decoding product over n units (rows or groups of rows) of unit_bytes each: at least `grain`,
- * and no more runs than QMM_DECODE_RUNS_PER_THREAD a thread unless they would pass QMM_DECODE_RUN_BYTES. */
-static int64_t decode_grain(int64_t n, int64_t unit_bytes, int64_t grain) {
+/* The grain of a product of m rows of x over n units (rows or groups of rows) of unit_bytes each: `grain`,
+ * and for a decoding product (m below QMM_TILE_MIN_ROWS) at least that, in no more runs than
+ * QMM_DECODE_RUNS_PER_THREAD a thread unless they would pass QMM_DECODE_RUN_BYTES. */
+static int64_t product_grain(int64_t m, int64_t n, int64_t unit_bytes, int64_t grain) {
+    if (m >= QMM_TILE_MIN_ROWS) return grain;
     const int64_t runs = (int64_t)cd_num_threads() * QMM_DECODE_RUNS_PER_THREAD;
     const int64_t longest = QMM_DECODE_RUN_BYTES / CD_MAX(1, unit_bytes);
     return CD_MAX(grain, CD_MIN((n + runs - 1) / runs, longest));
@@ -112,7 +114,7 @@ static void act_free(act_rows *a) {
 static int run_dots(const cd_qtype_info *t, const act_rows *a, int64_t m, int64_t n, int64_t k, const char *w,
                     float *y, int64_t ldy) {
     dots_ctx c = {cd_ops.qdot[t->id], m, n, k, k / t->block_size * t->type_size, a->row, ldy, w, a->act, y};
-    return cd_parallel_for(n, decode_grain(n, c.w_row, rows_per_task(c.w_row)), dots_task, &c);
+    return cd_parallel_for(n, product_grain(m, n, c.w_row, rows_per_task(c.w_row)), dots_task, &c);
 }
 
 static int qmatmul_dots(const cd_qtype_info *t, int64_t m, int64_t n, int64_t k, const void *w, const float *x,
@@ -272,8 +274,7 @@ CD_API int cd_qmatmul_packed(int32_t type, int64_t m, int64_t n, int64_t k, cons
     const int64_t nb = k / t->block_size, groups = n / CD_QPACK_GROUP, group_bytes = CD_QPACK_GROUP * nb * t->type_size;
     packed_ctx c = {t, l, cd_ops.qgroup[t->id], m, n, k, nb, group_bytes, &a, w, y};
     /* a group's work grows with m: keep tasks near the grain in products, not only in bytes */
-    int64_t grain = CD_MAX(1, rows_per_task(group_bytes) / m);
-    if (m < QMM_TILE_MIN_ROWS) grain = decode_grain(groups, group_bytes, grain);
+    const int64_t grain = product_grain(m, groups, group_bytes, CD_MAX(1, rows_per_task(group_bytes) / m));
     if (rc == 0) rc = cd_parallel_for(groups, grain, packed_task, &c);
     /* the rows past the last whole group are in the blocks' own layout */
     if (rc == 0 && n > groups * CD_QPACK_GROUP)

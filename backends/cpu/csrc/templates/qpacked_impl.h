@@ -34,6 +34,10 @@
 #ifndef QP_PREFETCH
 #define QP_PREFETCH 0
 #endif
+/* Each line of a tile, QP_PREFETCH bytes ahead (none when it is 0); a hint: never faults past the buffer. */
+QP_INLINE void prefetch_tile(const char *tile, int bytes) {
+    for (int o = 0; QP_PREFETCH && o < bytes; o += 64) __builtin_prefetch(tile + QP_PREFETCH + o, 0, 2);
+}
 /* QP_ACC16 (set by the AVX2 build): the layer adds vpmaddubsw's pair sums in 16 bits (qp_dp1_16), which
  * decode uses for the 4-bit types; QP_DECODE_ATTR: what the 4-bit types' decode kernels are compiled with. */
 #ifndef QP_ACC16
@@ -172,8 +176,7 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
     }
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * t.tile;
-        if (QP_PREFETCH && type == CD_Q4_0 && !dec) /* a hint: never faults past the buffer */
-            for (int o = 0; o < t.tile; o += 64) __builtin_prefetch(tile + QP_PREFETCH + o, 0, 2);
+        if (type == CD_Q4_0 && !dec) prefetch_tile(tile, t.tile);
         qp_i acc[4][2];
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
         for (int s = 0; s < 4; s += 2) { /* acc[i][0]: the low levels' products, acc[i][1]: the high ones' */
@@ -208,9 +211,11 @@ QP_INLINE void row32(int type, const char *g, int64_t nb, const char *act, float
         qp_f sum = qp_zerof();
         for (int64_t b = 0; b < nb; b++) {
             const char *tile = g + b * t.tile;
-            for (int o = 0; QP_PREFETCH && o < t.tile; o += 64) __builtin_prefetch(tile + QP_PREFETCH + o, 0, 2);
+            prefetch_tile(tile, t.tile);
             qp_i isum = block16(t, tile, (const int8_t *)(act + b * t.a_size + t.a_levels));
-            if (t.offset) isum = qp_sub32(isum, qp_set1_32(t.offset * ys[b])); /* group32's float order */
+            /* group32's epilogue, in its order; shared through a function it changed group32's register
+             * allocation in prompt passes, which that code is measured sensitive to */
+            if (t.offset) isum = qp_sub32(isum, qp_set1_32(t.offset * ys[b]));
             sum = qp_fma(qp_cvt(isum), qp_mul(scale32(t, tile), qp_set1f(as[b])), sum);
             if (t.min >= 0) sum = qp_fma(qp_f16(tile + t.min), qp_set1f(as[b] * (float)ys[b]), sum);
         }
@@ -231,6 +236,15 @@ typedef struct {
     int32_t co[8][CD_QPACK_GROUP]; /* what the activations' sub-block sums are multiplied by */
 } qp_kscales;
 
+/* 16 unsigned bytes as lanes; pair16 (QP_ACC16's decode): in both 16-bit halves of each lane, for vpmaddwd. */
+QP_INLINE qp_i kscale_lanes(__m128i b, int pair16) {
+#if QP_ACC16
+    if (pair16) return qp_from_u8_pair16(b);
+#endif
+    (void)pair16;
+    return qp_from_u8(b);
+}
+
 /* q4k's 8 scales and 8 mins of 16 rows from the 12 byte planes of their packed 6-bit fields (pair16: each in
  * both 16-bit halves of its lane, for vpmaddwd). */
 QP_INLINE void q4k_scales(const char *planes, qp_kscales *out, int pair16) {
@@ -246,8 +260,8 @@ QP_INLINE void q4k_scales(const char *planes, qp_kscales *out, int pair16) {
             sc = _mm_or_si128(_mm_and_si128(p[j + 4], m4), _mm_and_si128(_mm_srli_epi16(p[j - 4], 2), top));
             mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(p[j + 4], 4), m4), _mm_and_si128(_mm_srli_epi16(p[j], 2), top));
         }
-        qp_store_i(out->sc[j], pair16 ? qp_from_u8_pair16(sc) : qp_from_u8(sc));
-        qp_store_i(out->co[j], pair16 ? qp_from_u8_pair16(mn) : qp_from_u8(mn));
+        qp_store_i(out->sc[j], kscale_lanes(sc, pair16));
+        qp_store_i(out->co[j], kscale_lanes(mn, pair16));
     }
 }
 
@@ -311,8 +325,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
     qp_kscales ks;
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * tile_bytes;
-        if (QP_PREFETCH && mr == 1 && q4k)
-            for (int o = 0; o < tile_bytes; o += 64) __builtin_prefetch(tile + QP_PREFETCH + o, 0, 2);
+        if (mr == 1 && q4k) prefetch_tile(tile, tile_bytes);
         if (q4k)
             q4k_scales(tile + 64, &ks, k16);
         else

@@ -49,11 +49,6 @@ static inline qp_i qp_srai32(qp_i a, int n) { return _mm512_srai_epi32(a, (unsig
 static inline qp_i qp_slli32(qp_i a, int n) { return _mm512_slli_epi32(a, (unsigned)n); }
 static inline qp_i qp_mullo(qp_i a, qp_i b) { return _mm512_mullo_epi32(a, b); }
 static inline qp_i qp_from_u8(__m128i b) { return _mm512_cvtepu8_epi32(b); }
-/* 16 unsigned bytes, lane r = byte r in both 16-bit halves (b | b << 16): for AVX2's decode (QP_ACC16). */
-static inline qp_i qp_from_u8_pair16(__m128i b) {
-    const qp_i w = qp_from_u8(b);
-    return _mm512_or_si512(w, _mm512_slli_epi32(w, 16));
-}
 static inline qp_i qp_from_u16(const void *p) { return _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)); }
 static inline void qp_store_i(int32_t *p, qp_i v) { _mm512_storeu_si512(p, v); }
 static inline qp_f qp_zerof(void) { return _mm512_setzero_ps(); }
