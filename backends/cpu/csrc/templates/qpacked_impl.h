@@ -43,6 +43,11 @@ QP_INLINE void prefetch_tile(const char *tile, int bytes) {
 #ifndef QP_ACC16
 #define QP_ACC16 0
 #endif
+/* QP_MR_DECODED: activation rows a pass when the levels come decoded from memory (`dec`, below); the AVX2
+ * build sets 1, where two rows' accumulators and a step's levels outgrow its 16 registers. */
+#ifndef QP_MR_DECODED
+#define QP_MR_DECODED QP_MR
+#endif
 #ifndef QP_DECODE_ATTR
 #define QP_DECODE_ATTR
 #endif
@@ -394,12 +399,12 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
 }
 
 /* ---- the entries: rows of activations in passes of QP_MR ------------------------------------------------ */
-/* Rows of activations in passes of QP_MR; each remainder its own code, so the loops over rows unroll.
+/* Rows of activations in passes of MR; each remainder its own code, so the loops over rows unroll.
  * KERNEL(mr, act, y) runs one pass. */
-#define QP_PASSES(KERNEL)                                                                                      \
+#define QP_PASSES(MR, KERNEL)                                                                                  \
     do {                                                                                                       \
         int64_t i = 0;                                                                                         \
-        for (; i + QP_MR <= m; i += QP_MR) KERNEL(QP_MR, act + i * act_row, y + i * ldy);                      \
+        for (; i + (MR) <= m; i += (MR)) KERNEL(MR, act + i * act_row, y + i * ldy);                           \
         switch (m - i) {                                                                                       \
         case 1: KERNEL(1, act + i * act_row, y + i * ldy); break;                                              \
         case 2: KERNEL(2, act + i * act_row, y + i * ldy); break;                                              \
@@ -422,8 +427,12 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
         }                                                                                                      \
         const qp_t32 t = t32(CD_##T);                                                                          \
         char *dec = m > QP_MR && decode_once(t) ? cd_scratch(nb * QP_DEC32) : NULL;                            \
-        if (dec) decode32(t, g, nb, table32(t), dec);                                                          \
-        QP_PASSES(QP_PASS32);                                                                                  \
+        if (dec) {                                                                                             \
+            decode32(t, g, nb, table32(t), dec);                                                               \
+            QP_PASSES(QP_MR_DECODED, QP_PASS32);                                                               \
+        } else {                                                                                               \
+            QP_PASSES(QP_MR, QP_PASS32);                                                                       \
+        }                                                                                                      \
         cd_scratch_free(dec);                                                                                  \
     }
 #define QP_PASS32(mr, a, yy) group32(t.type, mr, g, nb, a, act_row, yy, ldy, dec)
@@ -439,7 +448,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
             return;                                                                                            \
         }                                                                                                      \
         const int ty = CD_##T;                                                                                 \
-        QP_PASSES(QP_PASSK);                                                                                   \
+        QP_PASSES(QP_MR, QP_PASSK);                                                                            \
     }
 #define QP_PASSK(mr, a, yy) groupk(ty, mr, g, nb, a, act_row, yy, ldy)
 
