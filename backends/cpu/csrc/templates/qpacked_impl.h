@@ -135,12 +135,6 @@ QP_INLINE void levels_at(qp_t32 t, const char *tile, const char *dec, int s, qp_
     *hi = qp_load(dec + 128 * s + 64);
 }
 
-/* acc + the products of levels u1, u2 with the activations at y1, y2 (4 each, broadcast to every lane). */
-QP_INLINE qp_i dot2(qp_t32 t, qp_i acc, qp_i u1, const int8_t *y1, qp_i u2, const int8_t *y2) {
-    if (t.signed_levels) return qp_dp2_signed(acc, u1, qp_bcast4(y1), u2, qp_bcast4(y2));
-    return qp_dp2(acc, u1, qp_bcast4(y1), u2, qp_bcast4(y2));
-}
-
 #if QP_ACC16
 /* A block's sum for one row of activations at y and levels below 16 (Q4_0, Q4_1): its 8 pair sums of each
  * lane add in 16 bits (at most 8 * 2 * 15 * 128 = 30720) before one vpmaddwd, where qp_dp2 spends a
@@ -184,15 +178,27 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
         if (type == CD_Q4_0 && !dec) prefetch_tile(tile, t.tile);
         qp_i acc[4][2];
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
-        for (int s = 0; s < 4; s += 2) { /* acc[i][0]: the low levels' products, acc[i][1]: the high ones' */
-            qp_i lo[2], hi[2];
-            const char *db = dec ? dec + b * QP_DEC32 : NULL;
-            levels_at(t, tile, db, s, table, &lo[0], &hi[0]);
-            levels_at(t, tile, db, s + 1, table, &lo[1], &hi[1]);
-            for (int i = 0; i < mr; i++) {
-                const int8_t *yb = (const int8_t *)(a[i] + b * t.a_size + t.a_levels) + 4 * s;
-                acc[i][0] = dot2(t, acc[i][0], lo[0], yb, lo[1], yb + 4);
-                acc[i][1] = dot2(t, acc[i][1], hi[0], yb + 16, hi[1], yb + 20);
+        const char *db = dec ? dec + b * QP_DEC32 : NULL;
+        if (t.signed_levels) { /* a step at a time into one sum: signed products gain nothing from pairs, and
+                                  AVX2's 16 registers then hold a step's levels and two rows' sums */
+            for (int s = 0; s < 4; s++) {
+                qp_i lo, hi;
+                levels_at(t, tile, db, s, table, &lo, &hi);
+                for (int i = 0; i < mr; i++) {
+                    const int8_t *yb = (const int8_t *)(a[i] + b * t.a_size + t.a_levels) + 4 * s;
+                    acc[i][0] = qp_dp2_signed(acc[i][0], lo, qp_bcast4(yb), hi, qp_bcast4(yb + 16));
+                }
+            }
+        } else {
+            for (int s = 0; s < 4; s += 2) { /* acc[i][0]: the low levels' products, acc[i][1]: the high ones' */
+                qp_i lo[2], hi[2];
+                levels_at(t, tile, db, s, table, &lo[0], &hi[0]);
+                levels_at(t, tile, db, s + 1, table, &lo[1], &hi[1]);
+                for (int i = 0; i < mr; i++) {
+                    const int8_t *yb = (const int8_t *)(a[i] + b * t.a_size + t.a_levels) + 4 * s;
+                    acc[i][0] = qp_dp2(acc[i][0], lo[0], qp_bcast4(yb), lo[1], qp_bcast4(yb + 4));
+                    acc[i][1] = qp_dp2(acc[i][1], hi[0], qp_bcast4(yb + 16), hi[1], qp_bcast4(yb + 20));
+                }
             }
         }
         const qp_f d = scale32(t, tile);
