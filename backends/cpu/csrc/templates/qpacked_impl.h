@@ -179,17 +179,28 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
         if (type == CD_Q4_0 && !dec) prefetch_tile(tile, t.tile);
         qp_i acc[4][2];
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
-        for (int s = 0; s < 4; s += 2) { /* acc[i][0]: the low levels' products, acc[i][1]: the high ones' */
-            qp_i lo[2], hi[2];
-            const char *db = dec ? dec + b * QP_DEC32 : NULL;
-            levels_at(t, tile, db, s, table, &lo[0], &hi[0]);
-            levels_at(t, tile, db, s + 1, table, &lo[1], &hi[1]);
-            for (int i = 0; i < mr; i++) {
-                const int8_t *yb = (const int8_t *)(a[i] + b * t.a_size + t.a_levels) + 4 * s;
-                acc[i][0] = dot2(t, acc[i][0], lo[0], yb, lo[1], yb + 4);
-                acc[i][1] = dot2(t, acc[i][1], hi[0], yb + 16, hi[1], yb + 20);
+        if (t.signed_levels) /* a step at a time into one sum a row (see QP_BARRIER) */
+            for (int s = 0; s < 4; s++) {
+                qp_i lo, hi;
+                levels_at(t, tile, dec ? dec + b * QP_DEC32 : NULL, s, table, &lo, &hi);
+                for (int i = 0; i < mr; i++) {
+                    const int8_t *yb = (const int8_t *)(a[i] + b * t.a_size + t.a_levels) + 4 * s;
+                    acc[i][0] = dot2(t, acc[i][0], lo, yb, hi, yb + 16);
+                    QP_BARRIER(acc[i][0]);
+                }
             }
-        }
+        else
+            for (int s = 0; s < 4; s += 2) { /* acc[i][0]: the low levels' products, acc[i][1]: the high ones' */
+                qp_i lo[2], hi[2];
+                const char *db = dec ? dec + b * QP_DEC32 : NULL;
+                levels_at(t, tile, db, s, table, &lo[0], &hi[0]);
+                levels_at(t, tile, db, s + 1, table, &lo[1], &hi[1]);
+                for (int i = 0; i < mr; i++) {
+                    const int8_t *yb = (const int8_t *)(a[i] + b * t.a_size + t.a_levels) + 4 * s;
+                    acc[i][0] = dot2(t, acc[i][0], lo[0], yb, lo[1], yb + 4);
+                    acc[i][1] = dot2(t, acc[i][1], hi[0], yb + 16, hi[1], yb + 20);
+                }
+            }
         const qp_f d = scale32(t, tile);
         for (int i = 0; i < mr; i++) {
             qp_i isum = qp_add32(acc[i][0], t.hi16 ? qp_srai32(acc[i][1], 4) : acc[i][1]);
@@ -289,6 +300,7 @@ QP_INLINE void iq4xs_sub(int mr, const char *runs, qp_i table, const cd_block_q8
             const int8_t *y = a[i]->qs + y0 + 4 * w;
             acc[i] = QP_VNNI ? qp_dp2(acc[i], lo, qp_bcast4(y), hi, qp_bcast4(y + 16))
                              : qp_dp2_signed(acc[i], lo, qp_bcast4(y), hi, qp_bcast4(y + 16));
+            if (!QP_VNNI) QP_BARRIER(acc[i]); /* signed levels */
         }
     }
 }
