@@ -276,15 +276,16 @@ QP_INLINE void q4k_scales(const char *planes, qp_kscales *out, int pair16) {
     }
 }
 
-/* iq4_xs's 8 scales (6 bits, less 32) of 16 rows: 4 low bits from scales_l, 2 high from scales_h. */
-QP_INLINE void iq4xs_scales(const char *tile, qp_kscales *out) {
+/* iq4_xs's 8 scales (6 bits, less 32) of 16 rows: 4 low bits from scales_l, 2 high from scales_h; in co too
+ * where `co` (gcc keeps the stores to a struct on the stack that nothing reads). */
+QP_INLINE void iq4xs_scales(const char *tile, qp_kscales *out, int co) {
     const qp_i h = qp_from_u16(tile + 32), l = qp_load(tile + 64);
     for (int j = 0; j < 8; j++) {
         const qp_i lo = qp_and(qp_srli32(l, 4 * j), qp_set1_32(15));
         const qp_i hi = qp_slli32(qp_and(qp_srli32(h, 2 * j), qp_set1_32(3)), 4);
         const qp_i ls = qp_sub32(qp_or(lo, hi), qp_set1_32(32));
         qp_store_i(out->sc[j], ls);
-        qp_store_i(out->co[j], ls);
+        if (co) qp_store_i(out->co[j], ls);
     }
 }
 
@@ -341,7 +342,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
         if (q4k)
             q4k_scales(tile + 64, &ks, k16);
         else
-            iq4xs_scales(tile, &ks);
+            iq4xs_scales(tile, &ks, sums);
         const cd_block_q8_K *a[4];
         qp_i tot[4], cor[4];
         for (int i = 0; i < mr; i++) {
