@@ -179,14 +179,16 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
         qp_i acc[4][2];
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
         const char *db = dec ? dec + b * QP_DEC32 : NULL;
-        if (t.signed_levels) { /* a step at a time into one sum: signed products gain nothing from pairs, and
-                                  AVX2's 16 registers then hold a step's levels and two rows' sums */
+        if (t.signed_levels) { /* a step at a time into one sum a row (see QP_BARRIER): signed products gain
+                                  nothing from pairs, and AVX2's 16 registers then hold a step's levels and
+                                  two rows' sums */
             for (int s = 0; s < 4; s++) {
                 qp_i lo, hi;
                 levels_at(t, tile, db, s, table, &lo, &hi);
                 for (int i = 0; i < mr; i++) {
                     const int8_t *yb = (const int8_t *)(a[i] + b * t.a_size + t.a_levels) + 4 * s;
                     acc[i][0] = qp_dp2_signed(acc[i][0], lo, qp_bcast4(yb), hi, qp_bcast4(yb + 16));
+                    QP_BARRIER(acc[i][0]);
                 }
             }
         } else {
@@ -276,15 +278,16 @@ QP_INLINE void q4k_scales(const char *planes, qp_kscales *out, int pair16) {
     }
 }
 
-/* iq4_xs's 8 scales (6 bits, less 32) of 16 rows: 4 low bits from scales_l, 2 high from scales_h. */
-QP_INLINE void iq4xs_scales(const char *tile, qp_kscales *out) {
+/* iq4_xs's 8 scales (6 bits, less 32) of 16 rows: 4 low bits from scales_l, 2 high from scales_h; in co too
+ * where `co` (gcc keeps the stores to a struct on the stack that nothing reads). */
+QP_INLINE void iq4xs_scales(const char *tile, qp_kscales *out, int co) {
     const qp_i h = qp_from_u16(tile + 32), l = qp_load(tile + 64);
     for (int j = 0; j < 8; j++) {
         const qp_i lo = qp_and(qp_srli32(l, 4 * j), qp_set1_32(15));
         const qp_i hi = qp_slli32(qp_and(qp_srli32(h, 2 * j), qp_set1_32(3)), 4);
         const qp_i ls = qp_sub32(qp_or(lo, hi), qp_set1_32(32));
         qp_store_i(out->sc[j], ls);
-        qp_store_i(out->co[j], ls);
+        if (co) qp_store_i(out->co[j], ls);
     }
 }
 
@@ -300,6 +303,7 @@ QP_INLINE void iq4xs_sub(int mr, const char *runs, qp_i table, const cd_block_q8
             const int8_t *y = a[i]->qs + y0 + 4 * w;
             acc[i] = QP_VNNI ? qp_dp2(acc[i], lo, qp_bcast4(y), hi, qp_bcast4(y + 16))
                              : qp_dp2_signed(acc[i], lo, qp_bcast4(y), hi, qp_bcast4(y + 16));
+            if (!QP_VNNI) QP_BARRIER(acc[i]); /* signed levels */
         }
     }
 }
@@ -340,7 +344,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
         if (q4k)
             q4k_scales(tile + 64, &ks, k16);
         else
-            iq4xs_scales(tile, &ks);
+            iq4xs_scales(tile, &ks, sums);
         const cd_block_q8_K *a[4];
         qp_i tot[4], cor[4];
         for (int i = 0; i < mr; i++) {

@@ -37,6 +37,7 @@ static inline qp_i qp_bits16(const void *p) {
     memcpy(&m, p, 8);
     return _mm512_maskz_mov_epi8(_cvtu64_mask64(m), _mm512_set1_epi8(16));
 }
+#define QP_BARRIER(v) __asm__("" : "+v"(v)) /* see qpacked_avx2.c; only in code for signed levels */
 /* acc + u1 . s1 + u2 . s2, over each lane's 4 bytes: unsigned u, signed s. */
 static inline qp_i qp_dp2(qp_i acc, qp_i u1, qp_i s1, qp_i u2, qp_i s2) {
     return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, u1, s1), u2, s2);
