@@ -286,14 +286,42 @@ QP_INLINE void iq4xs_scales(const char *tile, qp_kscales *out, int co) {
     }
 }
 
-/* iq4_xs: the products of one sub-block (4 runs from `runs`) with row i's activations at a[i]->qs + y0, as
- * acc[i]. A sub-block a call, not an index: accumulators indexed by a loop variable would live on the stack. */
-QP_INLINE void iq4xs_sub(int mr, const char *runs, qp_i table, const cd_block_q8_K *const a[4], int y0, qp_i acc[4]) {
+/* Prompts of iq4_xs without VNNI, where the table lookups cost more than a load: each tile's levels and
+ * scales decoded once into QP_DECK bytes (32 runs' low and high levels, then its qp_kscales) for every pass
+ * of rows to read, as group32 does for its table types. */
+#define QP_DECK (32 * 128 + (int)sizeof(qp_kscales))
+
+QP_INLINE void decodek(const char *g, int64_t nb, char *dec) {
+    const qp_i table = qp_levels_table(cd_kvalues_iq4nl), low = qp_set1_8(0x0f);
+    for (int64_t b = 0; b < nb; b++) {
+        const char *tile = g + b * 2176;
+        char *d = dec + b * QP_DECK;
+        for (int r = 0; r < 32; r++) {
+            const qp_i q = qp_load(tile + 128 + 64 * r);
+            qp_store_i((int32_t *)(void *)(d + 128 * r), qp_shuffle(table, qp_and(q, low)));
+            qp_store_i((int32_t *)(void *)(d + 128 * r + 64), qp_shuffle(table, qp_and(qp_srli4(q), low)));
+        }
+        iq4xs_scales(tile, (qp_kscales *)(void *)(d + 32 * 128), 0);
+    }
+}
+
+/* iq4_xs: the products of one sub-block (4 runs from `runs`, or their levels decoded at `dec`: low and high
+ * of each run in turn) with row i's activations at a[i]->qs + y0, as acc[i]. A sub-block a call, not an
+ * index: accumulators indexed by a loop variable would live on the stack. */
+QP_INLINE void iq4xs_sub(int mr, const char *runs, const char *dec, qp_i table, const cd_block_q8_K *const a[4],
+                         int y0, qp_i acc[4]) {
     const qp_i low = qp_set1_8(0x0f);
     for (int i = 0; i < mr; i++) acc[i] = qp_zero();
     for (int w = 0; w < 4; w++) {
-        const qp_i q = qp_load(runs + 64 * w);
-        const qp_i lo = qp_shuffle(table, qp_and(q, low)), hi = qp_shuffle(table, qp_and(qp_srli4(q), low));
+        qp_i lo, hi;
+        if (dec) {
+            lo = qp_load(dec + 128 * w);
+            hi = qp_load(dec + 128 * w + 64);
+        } else {
+            const qp_i q = qp_load(runs + 64 * w);
+            lo = qp_shuffle(table, qp_and(q, low));
+            hi = qp_shuffle(table, qp_and(qp_srli4(q), low));
+        }
         for (int i = 0; i < mr; i++) {
             const int8_t *y = a[i]->qs + y0 + 4 * w;
             acc[i] = QP_VNNI ? qp_dp2(acc[i], lo, qp_bcast4(y), hi, qp_bcast4(y + 16))
@@ -324,22 +352,24 @@ QP_INLINE void q4k_pair16(const char *runs, const cd_block_q8_K *a, int j, const
 }
 #endif
 
+/* (dec: iq4_xs's levels and scales decoded by decodek, or NULL) */
 QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *act, int64_t act_row, float *y,
-                      int64_t ldy) {
+                      int64_t ldy, const char *dec) {
     const int q4k = type == CD_Q4_K, tile_bytes = q4k ? 2304 : 2176, qs = q4k ? 256 : 128;
     const int sums = q4k || QP_VNNI; /* a term through the activations' sub-block sums */
     const int k16 = QP_ACC16 && q4k && mr == 1;
     const qp_i table = q4k ? qp_zero() : qp_levels_table(cd_kvalues_iq4nl), low = qp_set1_8(0x0f);
     qp_f sum[4];
     for (int i = 0; i < mr; i++) sum[i] = qp_zerof();
-    qp_kscales ks;
+    qp_kscales own;
     for (int64_t b = 0; b < nb; b++) {
-        const char *tile = g + b * tile_bytes;
+        const char *tile = g + b * tile_bytes, *db = dec ? dec + b * QP_DECK : NULL;
+        const qp_kscales *ks = db ? (const qp_kscales *)(const void *)(db + 32 * 128) : &own;
         if (mr == 1 && q4k) prefetch_tile(tile, tile_bytes);
         if (q4k)
-            q4k_scales(tile + 64, &ks, k16);
-        else
-            iq4xs_scales(tile, &ks, sums);
+            q4k_scales(tile + 64, &own, k16);
+        else if (!db)
+            iq4xs_scales(tile, &own, sums);
         const cd_block_q8_K *a[4];
         qp_i tot[4], cor[4];
         for (int i = 0; i < mr; i++) {
@@ -349,7 +379,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
         for (int j = 0; j < 4; j++) {
 #if QP_ACC16
             if (k16) {
-                q4k_pair16(tile + qs + 64 * 8 * j, a[0], j, &ks, &tot[0], &cor[0]);
+                q4k_pair16(tile + qs + 64 * 8 * j, a[0], j, ks, &tot[0], &cor[0]);
                 continue;
             }
 #endif
@@ -372,8 +402,9 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
                 }
             else {
                 qp_i lo[4], hi[4];
-                iq4xs_sub(mr, tile + qs + 64 * 8 * j, table, a, 64 * j, lo);
-                iq4xs_sub(mr, tile + qs + 64 * (8 * j + 4), table, a, 64 * j + 32, hi);
+                iq4xs_sub(mr, tile + qs + 64 * 8 * j, db ? db + 128 * 8 * j : NULL, table, a, 64 * j, lo);
+                iq4xs_sub(mr, tile + qs + 64 * (8 * j + 4), db ? db + 128 * (8 * j + 4) : NULL, table, a, 64 * j + 32,
+                          hi);
                 for (int i = 0; i < mr; i++) {
                     acc[i][0] = lo[i];
                     acc[i][1] = hi[i];
@@ -382,9 +413,9 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
             for (int i = 0; i < mr; i++)
                 for (int h = 0; h < 2; h++) {
                     const int sb = 2 * j + h;
-                    tot[i] = qp_add32(tot[i], qp_mullo(acc[i][h], qp_load(ks.sc[sb])));
+                    tot[i] = qp_add32(tot[i], qp_mullo(acc[i][h], qp_load(ks->sc[sb])));
                     if (sums)
-                        cor[i] = qp_add32(cor[i], qp_mullo(qp_load(ks.co[sb]),
+                        cor[i] = qp_add32(cor[i], qp_mullo(qp_load(ks->co[sb]),
                                                            qp_set1_32(a[i]->bsums[2 * sb] + a[i]->bsums[2 * sb + 1])));
                 }
         }
@@ -444,7 +475,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
 
 #define QP_GROUPK(T, ATTR)                                                                                     \
     static ATTR void rowk_##T(const void *g, int64_t nb, const char *act, float *y) {                \
-        groupk(CD_##T, 1, g, nb, act, 0, y, 0);                                                                \
+        groupk(CD_##T, 1, g, nb, act, 0, y, 0, NULL);                                                          \
     }                                                                                                          \
     static void groupk_##T(const void *g, int64_t nb, const char *act, int64_t act_row, int64_t m, float *y,   \
                               int64_t ldy) {                                                                   \
@@ -453,9 +484,16 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
             return;                                                                                            \
         }                                                                                                      \
         const int ty = CD_##T;                                                                                 \
-        QP_PASSES(QP_PASSK);                                                                                   \
+        char *dec = !QP_VNNI && ty == CD_IQ4_XS && m > QP_MR ? cd_scratch(nb * QP_DECK) : NULL;                \
+        if (dec) { /* passes of their own, as group32's */                                                     \
+            decodek(g, nb, dec);                                                                               \
+            QP_PASSES(QP_PASSK);                                                                               \
+        } else {                                                                                               \
+            QP_PASSES(QP_PASSK);                                                                               \
+        }                                                                                                      \
+        cd_scratch_free(dec);                                                                                  \
     }
-#define QP_PASSK(mr, a, yy) groupk(ty, mr, g, nb, a, act_row, yy, ldy)
+#define QP_PASSK(mr, a, yy) groupk(ty, mr, g, nb, a, act_row, yy, ldy, dec)
 
 /* QP_DECODE_ATTR for the 4-bit types' decode (on AVX2 the others' measured no gain, or a loss) */
 QP_GROUP32(Q4_0, QP_DECODE_ATTR)
@@ -466,7 +504,7 @@ QP_GROUP32(Q8_0, )
 QP_GROUP32(IQ4_NL, )
 QP_GROUP32(MXFP4, )
 QP_GROUPK(Q4_K, QP_DECODE_ATTR)
-QP_GROUPK(IQ4_XS, )
+QP_GROUPK(IQ4_XS, __attribute__((noinline)))
 
 void QPACKED_FILL(cd_isa_ops *ops) {
     ops->qgroup[CD_Q4_0] = group32_Q4_0;
