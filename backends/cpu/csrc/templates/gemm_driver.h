@@ -36,27 +36,22 @@ typedef struct {
     P *bpack; /* panels hold P: T, or pairs of bf16 along k (KS = 2) */
     int64_t ntasks, pack_tasks, split_rows;
     int own_panels; /* each task packs the B panels of its own columns as it reaches them */
-    int pack_in_task; /* a column split: each task packs its columns' share of the shared B block first */
     int direct_a, direct_b; /* operands read in place, unpacked (see use_in_place) */
     blocking blk;
     void (*pack_a)(const void *, int64_t, int64_t, int64_t, int64_t, P *);
     void (*pack_b)(const void *, int64_t, int64_t, int64_t, int64_t, P *);
 } NAMED(drv_);
 
-/* Panels lo..hi of the shared B block packed in place. */
-static void NAMED(pack_shared_)(const NAMED(drv_) *d, int64_t lo, int64_t hi) {
-    if (lo >= hi) return;
-    const int64_t j = lo * NR, cols = CD_MIN(d->nc, hi * NR) - j;
-    d->pack_b(d->b + (d->p0 * d->brs + (d->j0 + j) * d->bcs) * d->isz, d->brs, d->bcs, d->kc, cols,
-              d->bpack + j * ((d->kc + KS - 1) / KS));
-}
-
 static int NAMED(packb_task_)(void *vctx, int64_t begin, int64_t end) {
     const NAMED(drv_) *d = vctx;
+    const int64_t panels = (d->nc + NR - 1) / NR, steps = (d->kc + KS - 1) / KS;
     for (int64_t t = begin; t < end; t++) {
         int64_t lo, hi;
-        task_range((d->nc + NR - 1) / NR, d->pack_tasks, t, &lo, &hi);
-        NAMED(pack_shared_)(d, lo, hi);
+        task_range(panels, d->pack_tasks, t, &lo, &hi);
+        if (lo >= hi) continue;
+        int64_t j = lo * NR, cols = CD_MIN(d->nc, hi * NR) - j;
+        d->pack_b(d->b + (d->p0 * d->brs + (d->j0 + j) * d->bcs) * d->isz, d->brs, d->bcs, d->kc,
+                  cols, d->bpack + j * steps);
     }
     return 0;
 }
@@ -89,7 +84,6 @@ static int NAMED(compute_task_)(void *vctx, int64_t begin, int64_t end) {
         int64_t r0 = 0, r1 = mpanels, c0 = 0, c1 = npanels;
         if (d->split_rows) task_range(mpanels, d->ntasks, t, &r0, &r1);
         else task_range(npanels, d->ntasks, t, &c0, &c1);
-        if (d->pack_in_task) NAMED(pack_shared_)(d, c0, c1);
         int64_t row_end = CD_MIN(d->m, r1 * MR), col_end = CD_MIN(d->nc, c1 * NR);
         for (int64_t i0 = r0 * MR; i0 < row_end; i0 += MC) {
             int64_t mc = CD_MIN(MC, row_end - i0);
@@ -148,9 +142,6 @@ static void NAMED(plan_)(NAMED(drv_) *d) {
     if (d->split_rows && d->ntasks > 1)
         d->ntasks = row_tasks(mpanels, d->direct_a ? mpanels : d->blk.mc / MR, d->ntasks);
     d->pack_tasks = CD_MAX(1, CD_MIN(d->ntasks, npanels));
-    /* Split by columns, a task uses only the panels of its own columns: it packs them itself,
-     * so they stay in its core's caches and no pass of packing tasks waits for the slowest. */
-    d->pack_in_task = !d->own_panels && !d->direct_b && !d->split_rows;
 }
 
 static int NAMED(blocked_)(NAMED(drv_) *d, int64_t n, int64_t k) {
@@ -170,7 +161,7 @@ static int NAMED(blocked_)(NAMED(drv_) *d, int64_t n, int64_t k) {
         for (d->p0 = 0; d->p0 < k && rc == 0; d->p0 += kc_max) {
             d->kc = CD_MIN(kc_max, k - d->p0);
             NAMED(plan_)(d);
-            if (!d->own_panels && !d->direct_b && !d->pack_in_task)
+            if (!d->own_panels && !d->direct_b)
                 rc = cd_parallel_for(d->pack_tasks, 1, NAMED(packb_task_), d);
             if (rc == 0) rc = cd_parallel_for(d->ntasks, 1, NAMED(compute_task_), d);
         }
