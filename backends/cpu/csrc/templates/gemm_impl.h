@@ -29,10 +29,9 @@
  * B's rows ldb apart (NR when packed).
  *
  * Blocking follows BLIS: for each NC-wide block of columns and KC-deep slice
- * of K, B is packed into NR-wide panels (shared by all threads; in a split
- * of columns each task packs its own columns' panels); each thread then
- * packs MC-row blocks of A into MR-row panels and runs the microkernel over
- * its share of the tiles (templates/gemm_driver.h); a row split deals
+ * of K, B is packed into NR-wide panels (shared by all threads); each thread
+ * then packs MC-row blocks of A into MR-row panels and runs the microkernel
+ * over its share of the tiles (templates/gemm_driver.h); a row split deals
  * out at least one task per MC block, so a thread the OS keeps waiting
  * leaves its blocks to the others. When all rows fit
  * one MC block, each B panel is used once, so each task packs the panels it
