@@ -500,14 +500,17 @@ static int64_t row_tasks(int64_t mpanels, int64_t mc_panels, int64_t tasks) {
  * not send every row to the same few L1 sets (a multiple of 2 KiB would).
  * An instruction set with a short A panel (GEMM_A_SLICE_IN_PLACE: AVX2's 6
  * rows) also reads A in place when its K slice takes at most blk.a_slice bytes
- * of L2, whatever the span: each A panel is then read once per chunk of B
- * panels instead of copied and read back. Its stride may be a multiple of
- * 2 KiB (3 rows an L1 set), not of 4 KiB (all 6 in one). */
+ * of L2, whatever the span, and the nc columns of the block take at most two
+ * chunks of B panels (blk.nb): each A panel is then read once per chunk
+ * instead of copied once and read back from L2 (more chunks re-read it from
+ * L3 more often than the copy costs). Its stride may be a multiple of 2 KiB
+ * (3 rows an L1 set), not of 4 KiB (all 6 in one). */
 static void use_in_place(const blocking *blk, int64_t esz, int64_t isz, int64_t mr, int64_t m, int64_t kc,
-                         int64_t ars, int64_t acs, int64_t brs, int64_t bcs, int *direct_a, int *direct_b) {
+                         int64_t nc, int64_t ars, int64_t acs, int64_t brs, int64_t bcs, int *direct_a,
+                         int *direct_b) {
     const int64_t rowb = ars * esz;
-    *direct_a = isz == esz && acs == 1 && m >= mr &&
-                ((m * rowb <= blk->in_place && rowb % 2048 != 0) || (m * kc * esz <= blk->a_slice && rowb % 4096 != 0));
+    const int slice = m * kc * esz <= blk->a_slice && nc <= 2 * blk->nb && rowb % 4096 != 0;
+    *direct_a = isz == esz && acs == 1 && m >= mr && (slice || (m * rowb <= blk->in_place && rowb % 2048 != 0));
     *direct_b = isz == esz && bcs == 1 && kc * brs * esz <= blk->in_place;
 }
 
