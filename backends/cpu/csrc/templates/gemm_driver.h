@@ -131,7 +131,7 @@ static void NAMED(plan_)(NAMED(drv_) *d) {
     const int64_t mpanels = (d->m + MR - 1) / MR, npanels = (d->nc + NR - 1) / NR;
     const int64_t tasks = CD_MAX(1, CD_MIN(cd_num_threads(), d->m * d->nc * d->kc / (1 << 17)));
     /* (pairs of bf16 are never in the source: they are always packed) */
-    use_in_place(d->blk.in_place, KS == 1 ? (int64_t)sizeof(P) : 0, d->isz, MR, d->m, d->kc, d->ars, d->acs,
+    use_in_place(&d->blk, KS == 1 ? (int64_t)sizeof(P) : 0, d->isz, MR, d->m, d->kc, d->nc, d->ars, d->acs,
                  d->brs, d->bcs, &d->direct_a, &d->direct_b);
     const double pack_a = d->direct_a                             ? 0
                           : d->m * d->kc * d->isz <= d->blk.a_near ? PACK_NEAR

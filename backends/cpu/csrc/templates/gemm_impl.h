@@ -451,10 +451,14 @@ typedef struct {
     int64_t nb;         /* columns of packed B per pass of an A panel, or 0: a B panel per pass of A */
     int64_t in_place;   /* bytes an operand read in place may span (use_in_place) */
     int64_t a_near;     /* bytes of A whose packing reads from L2 (split_rows_cheaper) */
+    int64_t a_slice;    /* bytes of A's K slice read in place whatever its span, or 0 (use_in_place) */
 } blocking;
 
 #ifndef GEMM_A_L2_SHARE
 #define GEMM_A_L2_SHARE 6
+#endif
+#ifndef GEMM_A_SLICE_IN_PLACE
+#define GEMM_A_SLICE_IN_PLACE 0
 #endif
 static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
     int64_t l2 = cd_cache_bytes(2), mc = l2 / GEMM_A_L2_SHARE / (kc * esz) / mr * mr;
@@ -464,7 +468,8 @@ static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
 #else
     int64_t nb = 0;
 #endif
-    return (blocking){kc, CD_MAX(mr, CD_MIN(mc, 64 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr)), nb, l2 / 8, l2 / 2};
+    return (blocking){kc, CD_MAX(mr, CD_MIN(mc, 64 * mr)), CD_MAX(nr, CD_MIN(nc, 256 * nr)), nb, l2 / 8, l2 / 2,
+                      GEMM_A_SLICE_IN_PLACE ? l2 / 2 : 0};
 }
 
 /* The depth of K slices: K cut into as few slices as kc_max allows, of equal
@@ -492,11 +497,21 @@ static int64_t row_tasks(int64_t mpanels, int64_t mc_panels, int64_t tasks) {
  * panels are whole rows of a row-major matrix, B when its panels are row
  * segments. "Small" bounds the span of memory read (all of A's rows, one K
  * slice of B), so the rows stay cached between uses; A's row stride must also
- * not send every row to the same few L1 sets (a multiple of 2 KiB would). */
-static void use_in_place(int64_t span, int64_t esz, int64_t isz, int64_t mr, int64_t m, int64_t kc, int64_t ars,
-                         int64_t acs, int64_t brs, int64_t bcs, int *direct_a, int *direct_b) {
-    *direct_a = isz == esz && acs == 1 && m >= mr && m * ars * esz <= span && ars * esz % 2048 != 0;
-    *direct_b = isz == esz && bcs == 1 && kc * brs * esz <= span;
+ * not send every row to the same few L1 sets (a multiple of 2 KiB would).
+ * An instruction set with a short A panel (GEMM_A_SLICE_IN_PLACE: AVX2's 6
+ * rows) also reads A in place when its K slice takes at most blk.a_slice bytes
+ * of L2, whatever the span, and the nc columns of the block take at most two
+ * chunks of B panels (blk.nb): each A panel is then read once per chunk
+ * instead of copied once and read back from L2 (more chunks re-read it from
+ * L3 more often than the copy costs). Its stride may be a multiple of 2 KiB
+ * (3 rows an L1 set), not of 4 KiB (all 6 in one). */
+static void use_in_place(const blocking *blk, int64_t esz, int64_t isz, int64_t mr, int64_t m, int64_t kc,
+                         int64_t nc, int64_t ars, int64_t acs, int64_t brs, int64_t bcs, int *direct_a,
+                         int *direct_b) {
+    const int64_t rowb = ars * esz;
+    const int slice = m * kc * esz <= blk->a_slice && nc <= 2 * blk->nb && rowb % 4096 != 0;
+    *direct_a = isz == esz && acs == 1 && m >= mr && (slice || (m * rowb <= blk->in_place && rowb % 2048 != 0));
+    *direct_b = isz == esz && bcs == 1 && kc * brs * esz <= blk->in_place;
 }
 
 /* Task t's share [lo, hi) of `total` panels dealt out to `parts` tasks. */
