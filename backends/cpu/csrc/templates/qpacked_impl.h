@@ -286,22 +286,35 @@ QP_INLINE void iq4xs_scales(const char *tile, qp_kscales *out, int co) {
     }
 }
 
+/* iq4_xs's tile: 2176 bytes, its quants (32 runs of 64 bytes) from byte 128. */
+#define QP_IQ4XS_TILE 2176
+#define QP_IQ4XS_QS 128
+
+/* The levels of a run of iq4_xs quants q: its low nibbles' and its high nibbles' looked up in table. */
+QP_INLINE void iq4xs_levels(qp_i q, qp_i table, qp_i *lo, qp_i *hi) {
+    const qp_i low = qp_set1_8(0x0f);
+    *lo = qp_shuffle(table, qp_and(q, low));
+    *hi = qp_shuffle(table, qp_and(qp_srli4(q), low));
+}
+
 /* Prompts of iq4_xs without VNNI, where the table lookups cost more than a load: each tile's levels and
- * scales decoded once into QP_DECK bytes (32 runs' low and high levels, then its qp_kscales) for every pass
- * of rows to read, as group32 does for its table types. */
-#define QP_DECK (32 * 128 + (int)sizeof(qp_kscales))
+ * scales decoded once into QP_DECK bytes (32 runs' low and high levels, then from QP_DECK_SCALES its
+ * qp_kscales) for every pass of rows to read, as group32 does for its table types. */
+#define QP_DECK_SCALES (32 * 128)
+#define QP_DECK (QP_DECK_SCALES + (int)sizeof(qp_kscales))
 
 QP_INLINE void decodek(const char *g, int64_t nb, char *dec) {
-    const qp_i table = qp_levels_table(cd_kvalues_iq4nl), low = qp_set1_8(0x0f);
+    const qp_i table = qp_levels_table(cd_kvalues_iq4nl);
     for (int64_t b = 0; b < nb; b++) {
-        const char *tile = g + b * 2176;
+        const char *tile = g + b * QP_IQ4XS_TILE;
         char *d = dec + b * QP_DECK;
         for (int r = 0; r < 32; r++) {
-            const qp_i q = qp_load(tile + 128 + 64 * r);
-            qp_store_i((int32_t *)(void *)(d + 128 * r), qp_shuffle(table, qp_and(q, low)));
-            qp_store_i((int32_t *)(void *)(d + 128 * r + 64), qp_shuffle(table, qp_and(qp_srli4(q), low)));
+            qp_i lo, hi;
+            iq4xs_levels(qp_load(tile + QP_IQ4XS_QS + 64 * r), table, &lo, &hi);
+            qp_store_i((int32_t *)(void *)(d + 128 * r), lo);
+            qp_store_i((int32_t *)(void *)(d + 128 * r + 64), hi);
         }
-        iq4xs_scales(tile, (qp_kscales *)(void *)(d + 32 * 128), 0);
+        iq4xs_scales(tile, (qp_kscales *)(void *)(d + QP_DECK_SCALES), 0);
     }
 }
 
@@ -310,7 +323,6 @@ QP_INLINE void decodek(const char *g, int64_t nb, char *dec) {
  * index: accumulators indexed by a loop variable would live on the stack. */
 QP_INLINE void iq4xs_sub(int mr, const char *runs, const char *dec, qp_i table, const cd_block_q8_K *const a[4],
                          int y0, qp_i acc[4]) {
-    const qp_i low = qp_set1_8(0x0f);
     for (int i = 0; i < mr; i++) acc[i] = qp_zero();
     for (int w = 0; w < 4; w++) {
         qp_i lo, hi;
@@ -318,9 +330,7 @@ QP_INLINE void iq4xs_sub(int mr, const char *runs, const char *dec, qp_i table, 
             lo = qp_load(dec + 128 * w);
             hi = qp_load(dec + 128 * w + 64);
         } else {
-            const qp_i q = qp_load(runs + 64 * w);
-            lo = qp_shuffle(table, qp_and(q, low));
-            hi = qp_shuffle(table, qp_and(qp_srli4(q), low));
+            iq4xs_levels(qp_load(runs + 64 * w), table, &lo, &hi);
         }
         for (int i = 0; i < mr; i++) {
             const int8_t *y = a[i]->qs + y0 + 4 * w;
@@ -355,7 +365,7 @@ QP_INLINE void q4k_pair16(const char *runs, const cd_block_q8_K *a, int j, const
 /* (dec: iq4_xs's levels and scales decoded by decodek, or NULL) */
 QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *act, int64_t act_row, float *y,
                       int64_t ldy, const char *dec) {
-    const int q4k = type == CD_Q4_K, tile_bytes = q4k ? 2304 : 2176, qs = q4k ? 256 : 128;
+    const int q4k = type == CD_Q4_K, tile_bytes = q4k ? 2304 : QP_IQ4XS_TILE, qs = q4k ? 256 : QP_IQ4XS_QS;
     const int sums = q4k || QP_VNNI; /* a term through the activations' sub-block sums */
     const int k16 = QP_ACC16 && q4k && mr == 1;
     const qp_i table = q4k ? qp_zero() : qp_levels_table(cd_kvalues_iq4nl), low = qp_set1_8(0x0f);
@@ -364,7 +374,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
     qp_kscales own;
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * tile_bytes, *db = dec ? dec + b * QP_DECK : NULL;
-        const qp_kscales *ks = db ? (const qp_kscales *)(const void *)(db + 32 * 128) : &own;
+        const qp_kscales *ks = db ? (const qp_kscales *)(const void *)(db + QP_DECK_SCALES) : &own;
         if (mr == 1 && q4k) prefetch_tile(tile, tile_bytes);
         if (q4k)
             q4k_scales(tile + 64, &own, k16);
@@ -449,6 +459,20 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
         }                                                                                                      \
     } while (0)
 
+/* The passes over levels decoded once into dec by DECODE, or read from the tiles where dec is NULL (scratch
+ * memory, freed after): the passes written twice, so that each copy loses the per-step test of dec that the
+ * compiler keeps in the inner loop otherwise (prompts of Q5_0 on AVX2: 1.35x). */
+#define QP_PASSES_OVER(dec, DECODE, KERNEL)                                                                    \
+    do {                                                                                                       \
+        if (dec) {                                                                                             \
+            DECODE;                                                                                            \
+            QP_PASSES(KERNEL);                                                                                 \
+        } else {                                                                                               \
+            QP_PASSES(KERNEL);                                                                                 \
+        }                                                                                                      \
+        cd_scratch_free(dec);                                                                                  \
+    } while (0)
+
 /* Decode (m = 1) in a function of its own, compiled with ATTR; without memory for the levels, each pass
  * unpacks. */
 #define QP_GROUP32(T, ATTR)                                                                                    \
@@ -463,13 +487,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
         }                                                                                                      \
         const qp_t32 t = t32(CD_##T);                                                                          \
         char *dec = m > QP_MR && decode_once(t) ? cd_scratch(nb * QP_DEC32) : NULL;                            \
-        if (dec) { /* passes of their own: the loops drop their per-step test of dec (Q5_0 on AVX2: 1.35x) */\
-            decode32(t, g, nb, table32(t), dec);                                                               \
-            QP_PASSES(QP_PASS32);                                                                              \
-        } else {                                                                                               \
-            QP_PASSES(QP_PASS32);                                                                              \
-        }                                                                                                      \
-        cd_scratch_free(dec);                                                                                  \
+        QP_PASSES_OVER(dec, decode32(t, g, nb, table32(t), dec), QP_PASS32);                                   \
     }
 #define QP_PASS32(mr, a, yy) group32(t.type, mr, g, nb, a, act_row, yy, ldy, dec)
 
@@ -485,13 +503,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
         }                                                                                                      \
         const int ty = CD_##T;                                                                                 \
         char *dec = !QP_VNNI && ty == CD_IQ4_XS && m > QP_MR ? cd_scratch(nb * QP_DECK) : NULL;                \
-        if (dec) { /* passes of their own, as group32's */                                                     \
-            decodek(g, nb, dec);                                                                               \
-            QP_PASSES(QP_PASSK);                                                                               \
-        } else {                                                                                               \
-            QP_PASSES(QP_PASSK);                                                                               \
-        }                                                                                                      \
-        cd_scratch_free(dec);                                                                                  \
+        QP_PASSES_OVER(dec, decodek(g, nb, dec), QP_PASSK);                                                    \
     }
 #define QP_PASSK(mr, a, yy) groupk(ty, mr, g, nb, a, act_row, yy, ldy, dec)
 
