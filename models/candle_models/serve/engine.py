@@ -3,7 +3,10 @@
 Generations are batched continuously: each request is prefilled alone, then
 joins the running batch, whose sequences advance one token per forward
 (a causal LM of any family candle_models runs, with a ``BatchKVCache``); a request leaves between
-steps when it ends or is cancelled, and a waiting one takes its row.
+steps when it ends or is cancelled, and a waiting one takes its row. A generation that runs alone
+keeps its own ``KVCache`` instead, as ``candle generate`` does, so that one client decodes at
+``candle generate``'s speed (the model's one-sequence step: a Llama's bound decoding step); it
+moves into the batch when a second one joins.
 Embedding requests that arrive within a few milliseconds of each other are
 embedded together, between decoding steps.
 
@@ -22,7 +25,7 @@ from typing import Callable
 
 import candle_api as c
 
-from ..generation import Sampler
+from ..generation import FIRST_TOKENS_CAPACITY, Sampler
 from ..tokenizer import TokenStream
 
 
@@ -111,6 +114,7 @@ class Engine:
         self._waiting: collections.deque = collections.deque()
         self._embeds: collections.deque = collections.deque()
         self._running: list[_Running] = []  # row i of the batch cache is _running[i]
+        self._solo = None  # the KVCache of the one generation running alone (the batch cache then empty)
         self._stopping = False
         self._cache = model.new_batch_cache(max_batch) if model is not None else None
         self._thread = threading.Thread(target=self._run, name="candle-serve-engine", daemon=True)
@@ -224,10 +228,17 @@ class Engine:
         running = _Running(gen, list(gen.prompt_ids), TokenStream(self.tokenizer), StopText(gen.stop_texts),
                            tokens_left=gen.max_tokens)
         try:
-            cache = self.model.new_cache(capacity=len(gen.prompt_ids))
+            # room for the first tokens too, as candle generate makes, should it run alone
+            cache = self.model.new_cache(capacity=len(gen.prompt_ids) + min(gen.max_tokens, FIRST_TOKENS_CAPACITY))
             logits = self.model([gen.prompt_ids], cache, last_only=True)[0, 0].numpy()
             if self._deliver(running, gen.sampler.sample(logits, running.history), cache.length):
-                self._cache.admit(cache)
+                if not self._running:
+                    self._solo = cache
+                else:
+                    if self._solo is not None:  # the one running alone moves into the batch, as row 0
+                        self._cache.admit(self._solo)
+                        self._solo = None
+                    self._cache.admit(cache)
                 self._running.append(running)
         except Exception as exc:
             gen.emit("error", exc)
@@ -238,26 +249,35 @@ class Engine:
             if self._running[row].gen.cancelled:
                 self._leave(row)
         if not self._running:
-            self._cache.clear()  # an idle server holds no cache memory
+            self._clear()  # an idle server holds no cache memory
             return
+        cache = self._solo if self._solo is not None else self._cache
         try:
-            logits = self.model([[r.token] for r in self._running], self._cache, last_only=True).numpy()
+            logits = self.model([[r.token] for r in self._running], cache, last_only=True).numpy()
         except Exception as exc:
             for r in self._running:
                 r.gen.emit("error", exc)
             self._running = []
-            self._cache.clear()
+            self._clear()
             return
         self.steps += 1
-        lengths = self._cache.lengths
+        lengths = [cache.length] if cache is self._solo else cache.lengths
         for row in reversed(range(len(self._running))):
             r = self._running[row]
             if not self._deliver(r, r.gen.sampler.sample(logits[row, 0], r.history), lengths[row]):
                 self._leave(row)
         if not self._running:
-            self._cache.clear()
+            self._clear()
+
+    def _clear(self) -> None:
+        self._solo = None
+        self._cache.clear()
 
     def _leave(self, row: int) -> None:
+        if self._solo is not None:
+            self._solo = None
+            self._running.pop()
+            return
         moved = self._cache.release(row)
         last = self._running.pop()
         if moved is not None:
