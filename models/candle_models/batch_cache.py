@@ -14,6 +14,7 @@ import numpy as np
 
 import candle_api as c
 from candle_api.errors import ArgumentError
+from candle_api.ops import dispatch
 from candle_api.ops.shape import copy_into
 
 
@@ -43,6 +44,8 @@ class BatchKVCache:
         self.keys: list = []
         self.values: list = []
         self._masks: dict = {}  # this step's attention masks, one per window
+        self._slots: list = []  # this step's: per row, the layout of its new position in a buffer
+        self._row_views: dict = {}  # this step's: a source layout (as a tuple) -> its rows' layouts
         self._end = 0  # this step's positions: the longest row's, its new token included
 
     @property
@@ -97,6 +100,7 @@ class BatchKVCache:
     def clear(self) -> None:
         """Drops every sequence and frees the buffers."""
         self.lengths, self.keys, self.values, self._masks = [], [], [], {}
+        self._slots, self._row_views = [], {}
 
     # ---- what a decoding step uses (LlamaForCausalLM.forward) ---------------------------------------
     def begin_step(self) -> list[int]:
@@ -108,17 +112,38 @@ class BatchKVCache:
             raise ArgumentError(f"a sequence would pass the context length of {self.max_length}")
         self._reserve(self.batch, self._end)
         self._masks = {}
+        whole = self.keys[0]._layout  # every buffer, keys and values, has this layout
+        self._slots = [whole.narrow(0, row, 1).narrow(2, n, 1) for row, n in enumerate(self.lengths)]
+        self._row_views = {}
         return list(self.lengths)
 
     def update(self, layer: int, k: c.Tensor, v: c.Tensor) -> tuple[c.Tensor, c.Tensor]:
         """Writes this step's (batch, kv_heads, 1, head_dim) keys and values, each row at its own
         position; returns views of every row's positions up to the longest."""
         keys, values = self.keys[layer], self.values[layer]
-        for row, n in enumerate(self.lengths):
-            copy_into(keys, keys._layout.narrow(0, row, 1).narrow(2, n, 1), k.narrow(0, row, 1))
-            copy_into(values, values._layout.narrow(0, row, 1).narrow(2, n, 1), v.narrow(0, row, 1))
+        kern = keys._device.kernels.get(("copy", keys._dtype))
+        shape = (self.batch, self.kv_heads, 1, self.head_dim)
+        if (kern is None or dispatch.observer is not None or k.shape != shape or v.shape != shape
+                or k._dtype is not keys._dtype or v._dtype is not keys._dtype
+                or k._device is not keys._device or v._device is not keys._device):
+            for row, slot in enumerate(self._slots):
+                copy_into(keys, slot, k.narrow(0, row, 1))
+                copy_into(values, slot, v.narrow(0, row, 1))
+        else:  # the copy kernel called as copy_into calls it, on layouts made once a step: a row's copy
+            for src, buf in ((k, keys), (v, values)):  # through copy_into costs as much as its layer's products
+                for slot, rows in zip(self._slots, self._rows(src._layout)):
+                    kern(buf._storage, slot, src._storage, rows)
         b, end = self.batch, self._end
         return keys.narrow(0, 0, b).narrow(2, 0, end), values.narrow(0, 0, b).narrow(2, 0, end)
+
+    def _rows(self, lay) -> list:
+        """lay (a step's keys or values) narrowed to each row, kept for the step: every layer's keys
+        (and values) have the same layout."""
+        key = (lay.shape, lay.strides, lay.offset)
+        rows = self._row_views.get(key)
+        if rows is None:
+            rows = self._row_views[key] = [lay.narrow(0, row, 1) for row in range(self.batch)]
+        return rows
 
     def mask(self, window: int | None) -> c.Tensor | None:
         """u8 (batch, 1, 1, longest + 1): row i sees positions j <= lengths[i] (the last ``window``);

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import candle_api as c
-from candle_api.errors import ArgumentError, ShapeError
+from candle_api.errors import ArgumentError, DTypeError, ShapeError
 from candle_models import causal_lm
 from candle_models.generation import Sampler, generate_ids
 from candle_models.llama import LlamaForCausalLM
@@ -118,6 +118,34 @@ def test_batch_cache_misuse_is_named():
         model.new_batch_cache(0)
 
 
+def test_a_step_writes_each_row_at_its_position_and_refuses_wrong_keys_by_name():
+    """update's direct copies (a step's usual path) and copy_into's (taken for anything unusual, here
+    keys of another shape or dtype, which it names) write the same places."""
+    model = LlamaForCausalLM.from_pretrained(FIXTURES / "tiny_llama3")
+    cache = model.new_batch_cache(3)
+    with c.no_grad():
+        for n in (2, 5, 3):
+            single = model.new_cache()
+            model([list(range(1, n + 1))], single)
+            cache.admit(single)
+    cache.begin_step()
+    before = cache.keys[0].numpy().copy()
+    rng = np.random.default_rng(0)
+    shape = (3, cache.kv_heads, 1, cache.head_dim)
+    k, v = (c.from_numpy(rng.standard_normal(shape).astype(np.float32)) for _ in range(2))
+    keys, values = cache.update(0, k, v)
+    assert keys.shape == (3, cache.kv_heads, 6, cache.head_dim)
+    expect = before.copy()
+    for row, n in enumerate((2, 5, 3)):
+        expect[row, :, n] = k.numpy()[row, :, 0]
+    np.testing.assert_array_equal(cache.keys[0].numpy(), expect)  # nothing else moved
+    np.testing.assert_array_equal(keys.numpy()[:, :, :6], expect[:, :, :6])
+    with pytest.raises(ShapeError, match="copy_into"):
+        cache.update(1, k.narrow(3, 0, 2), v)
+    with pytest.raises(DTypeError, match="copy_into"):
+        cache.update(1, k.to_dtype("bf16"), v)
+
+
 def test_the_cache_grows_and_is_freed():
     model = LlamaForCausalLM.from_pretrained(FIXTURES / "tiny_llama3")
     cache = model.new_batch_cache(8)
@@ -175,6 +203,36 @@ def test_concurrent_generations_share_steps_and_match_generating_alone(smollm2_c
         assert gen.completion_tokens == len(alone) and gen.emit.end == ("length" if len(alone) == 24 else "stop")
         tokens += len(alone)
     assert engine.steps < tokens - len(prompts)  # tokens after the first come from steps shared by several
+
+
+def test_a_generation_alone_decodes_on_its_own_cache_then_moves_into_the_batch(smollm2_chat):
+    """One request runs on its own KVCache (the model's one-sequence step, as candle generate); a second
+    arriving mid-answer moves it into the batch, and both answer as generating alone."""
+    model, tokenizer = smollm2_chat
+    prompts = [tokenizer.encode_chat(q) for q in ("Count from one to twenty in words.", "Name a colour.")]
+    engine = Engine(model, tokenizer, max_batch=2, max_queue=2)
+    gens = [Generation(p, n, Sampler(0.8, seed=i), Collector(), frozenset(tokenizer.stop_token_ids))
+            for i, (p, n) in enumerate(zip(prompts, (40, 8)))]
+    engine.start()
+    try:
+        engine.submit(gens[0])
+        while gens[0].completion_tokens < 6:
+            assert not gens[0].emit.done.is_set()
+            time.sleep(0.005)
+        alone_steps = engine.steps
+        assert alone_steps >= 4 and engine._solo is not None and engine._cache.batch == 0
+        engine.submit(gens[1])
+        for gen in gens:
+            assert gen.emit.done.wait(60)
+    finally:
+        engine.stop()
+    tokens = 0
+    for i, (prompt, gen) in enumerate(zip(prompts, gens)):
+        alone = list(generate_ids(model, prompt, (40, 8)[i], Sampler(0.8, seed=i), tokenizer.stop_token_ids))
+        assert "".join(gen.emit.text) == tokenizer.decode(alone, skip_special_tokens=True)
+        tokens += len(alone)
+    assert engine.steps < tokens - len(prompts)  # some steps served both: the first had moved into the batch
+    assert engine._solo is None and engine._cache.batch == 0
 
 
 def test_stop_texts_cancellation_and_a_full_queue(smollm2_chat):
