@@ -32,6 +32,10 @@ def _check_number(name: str, value, valid, requirement: str, integer: bool = Fal
         raise ArgumentError(f"{name} must be {requirement}, got {value!r}")
 
 
+#: Tokens per block when a draw inverts the cumulative sum (Sampler._draw).
+DRAW_BLOCK = 256
+
+
 class Sampler:
     """Chooses the next token from a logits vector.
 
@@ -74,6 +78,11 @@ class Sampler:
 
     def probabilities(self, logits: np.ndarray) -> np.ndarray:
         """The distribution a token is drawn from: tempered softmax, cut to top-k then top-p, renormalized."""
+        weights = self._weights(logits)
+        return weights / weights.sum()
+
+    def _weights(self, logits: np.ndarray) -> np.ndarray:
+        """probabilities() before the renormalization, which drawing does not need."""
         probs = logits.astype(np.float64)  # in place from here: a vocabulary's worth of float64 per step
         probs /= self.temperature
         probs -= probs.max()
@@ -83,7 +92,7 @@ class Sampler:
             probs[probs < cut] = 0.0
         if self.top_p is not None and self.top_p < 1.0:
             probs = self._nucleus(probs)
-        return probs / probs.sum()
+        return probs
 
     def _nucleus(self, probs: np.ndarray) -> np.ndarray:
         """Keeps the smallest set of most likely tokens whose probabilities reach top_p. Sorting the
@@ -113,8 +122,25 @@ class Sampler:
         values = self.penalize(values.reshape(-1), history)
         if self.greedy:
             return int(np.argmax(values))
-        cdf = np.cumsum(self.probabilities(values))
-        return int(min(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right"), cdf.size - 1))
+        return self._draw(self._weights(values))
+
+    def _draw(self, weights: np.ndarray) -> int:
+        """An index drawn with probability weights[i] / weights.sum(), by inverting the cumulative sum:
+        over blocks of DRAW_BLOCK first, then within the block the draw falls in (a cumulative sum over a
+        whole vocabulary costs ~0.2 ms a token; a server samples a batch's rows one after another). An
+        index of zero weight is never drawn."""
+        starts = np.arange(0, weights.size, DRAW_BLOCK)
+        cum = np.cumsum(np.add.reduceat(weights, starts))
+        target = self.rng.random() * cum[-1]
+        b = int(np.searchsorted(cum, target, side="right"))
+        if b == cum.size:  # rounding put the draw at the very end
+            b = int(np.flatnonzero(np.diff(cum, prepend=0.0))[-1])
+        lo = int(starts[b])
+        inner = np.cumsum(weights[lo:lo + DRAW_BLOCK])
+        i = int(np.searchsorted(inner, target - (cum[b - 1] if b else 0.0), side="right"))
+        if i == inner.size:  # the block's two sums rounded apart
+            i = int(np.flatnonzero(weights[lo:lo + DRAW_BLOCK])[-1])
+        return lo + i
 
 
 @dataclass

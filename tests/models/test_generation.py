@@ -45,6 +45,25 @@ def test_seeded_draws_repeat_and_follow_the_distribution():
     np.testing.assert_allclose(counts, softmax, atol=0.015)
 
 
+def test_draws_over_a_vocabulary_of_many_blocks_follow_the_weights_and_never_pick_a_zero():
+    weights = np.zeros(50_000)
+    picked = np.array([3, 700, 701, 20_000, 49_999])  # across blocks, the last block short
+    weights[picked] = [1.0, 2.0, 0.5, 4.0, 2.5]
+    sampler = Sampler(temperature=1.0, seed=5)
+    counts = np.bincount([sampler._draw(weights) for _ in range(20000)], minlength=weights.size) / 20000
+    assert set(np.flatnonzero(counts)) <= set(picked)
+    np.testing.assert_allclose(counts[picked], weights[picked] / weights.sum(), atol=0.015)
+
+    class Last:  # the largest draw below 1, where rounding can put the target at the very end
+        def random(self):
+            return np.nextafter(1.0, 0.0)
+
+    sampler.rng = Last()
+    assert sampler._draw(weights) == 49_999
+    weights[49_999] = 0.0
+    assert sampler._draw(weights) == 20_000
+
+
 def test_temperature_top_k_and_top_p_shape_the_distribution():
     p = Sampler(temperature=0.5).probabilities(LOGITS)
     z = np.exp((LOGITS - LOGITS.max()) / 0.5)
