@@ -362,9 +362,55 @@ QP_INLINE void q4k_pair16(const char *runs, const cd_block_q8_K *a, int j, const
 }
 #endif
 
+#if QP_ACC16
+/* iq4_xs's 8 scales (6 bits, less 32) of 16 rows in 16 bits, each in both halves of its lane (pair16, for
+ * vpmaddwd): byte j / 2 of scales_l and byte j / 4 of scales_h spread by one shuffle each, then the fields. */
+QP_INLINE void iq4xs_scales16(const char *tile, qp_i sc[8]) {
+    const qp_i l = qp_load(tile + 64), low = qp_set1_16(15), top = qp_set1_16(0x30), offset = qp_set1_16(32);
+    for (int j = 0; j < 8; j++) {
+        const qp_i lb = qp_lane_byte_pair16(l, j / 2), hb = qp_u16_byte_pair16(tile + 32, j / 4);
+        const qp_i lo = j % 2 ? qp_srli16(lb, 4) : qp_and(lb, low);
+        const int up = 4 - 2 * (j % 4); /* scales_h's 2 bits of sub-block j to bits 4-5 */
+        const qp_i hi = qp_and(up > 0 ? qp_slli16(hb, up) : up < 0 ? qp_srli16(hb, -up) : hb, top);
+        sc[j] = qp_sub16(qp_or(lo, hi), offset);
+    }
+}
+
+/* iq4_xs for one row of activations (decode): a run's 16-bit pair sums widened by the vpmaddwd that applies
+ * their sub-block's scale, where groupk widens them by ones, totals each sub-block and scales the total with
+ * a vpmulld. The same integer sum a tile (at most 256 * 127 * 127 * 32 < 2^31), so the same result. */
+QP_INLINE void iq4xs_row16(const char *g, int64_t nb, const char *act, float *y) {
+    const qp_i table = qp_levels_table(cd_kvalues_iq4nl);
+    qp_f sum = qp_zerof();
+    for (int64_t b = 0; b < nb; b++) {
+        const char *tile = g + b * QP_IQ4XS_TILE;
+        const cd_block_q8_K *a = (const cd_block_q8_K *)(const void *)act + b;
+        qp_i sc[8], tot = qp_zero();
+        iq4xs_scales16(tile, sc);
+        for (int sb = 0; sb < 8; sb++) /* sub-block sb: runs 4 sb..4 sb + 3, activations 32 sb.. */
+            for (int w = 0; w < 4; w++) {
+                qp_i lo, hi;
+                iq4xs_levels(qp_load(tile + QP_IQ4XS_QS + 64 * (4 * sb + w)), table, &lo, &hi);
+                const qp_i ylo = qp_bcast4(a->qs + 32 * sb + 4 * w), yhi = qp_bcast4(a->qs + 32 * sb + 4 * w + 16);
+                tot = qp_add32(tot, qp_madd16(qp_dp1_signed16(lo, ylo, qp_abs8(ylo)), sc[sb]));
+                tot = qp_add32(tot, qp_madd16(qp_dp1_signed16(hi, yhi, qp_abs8(yhi)), sc[sb]));
+                QP_BARRIER(tot);
+            }
+        sum = qp_fma(qp_cvt(tot), qp_mul(qp_f16(tile), qp_set1f(a->d)), sum); /* groupk's epilogue */
+    }
+    qp_store(y, sum);
+}
+#endif
+
 /* (dec: iq4_xs's levels and scales decoded by decodek, or NULL) */
 QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *act, int64_t act_row, float *y,
                       int64_t ldy, const char *dec) {
+#if QP_ACC16
+    if (type == CD_IQ4_XS && mr == 1 && !dec) {
+        iq4xs_row16(g, nb, act, y);
+        return;
+    }
+#endif
     const int q4k = type == CD_Q4_K, tile_bytes = q4k ? 2304 : QP_IQ4XS_TILE, qs = q4k ? 256 : QP_IQ4XS_QS;
     const int sums = q4k || QP_VNNI; /* a term through the activations' sub-block sums */
     const int k16 = QP_ACC16 && q4k && mr == 1;

@@ -2,7 +2,7 @@
  * vector is two 256-bit halves (rows 0-7, 8-15), and a 4-byte dot product is
  * vpmaddubsw (pairs of byte products in 16 bits) then vpmaddwd; levels below
  * 16 add a whole block's (sub-block's) pair sums in 16 bits before the one
- * vpmaddwd, which also applies Q4_K's 6-bit scale. */
+ * vpmaddwd, which also applies Q4_K's 6-bit scale (IQ4_XS's: to each run's pair sums). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -111,6 +111,38 @@ static inline qp_i qp_from_u8_pair16(__m128i b) {
     const __m256i hi = _mm256_set_epi8(QP_PAIR16(15), QP_PAIR16(14), QP_PAIR16(13), QP_PAIR16(12), QP_PAIR16(11),
                                        QP_PAIR16(10), QP_PAIR16(9), QP_PAIR16(8));
     return (qp_i){_mm256_shuffle_epi8(v, lo), _mm256_shuffle_epi8(v, hi)};
+}
+/* 16-bit lanes: shifts, and subtraction. */
+static inline qp_i qp_slli16(qp_i a, int n) { return (qp_i){_mm256_slli_epi16(a.lo, n), _mm256_slli_epi16(a.hi, n)}; }
+static inline qp_i qp_srli16(qp_i a, int n) { return (qp_i){_mm256_srli_epi16(a.lo, n), _mm256_srli_epi16(a.hi, n)}; }
+static inline qp_i qp_sub16(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_sub_epi16); }
+/* A vpshufb control that puts byte b(i) + k of the source in both 16-bit halves of 32-bit lane i, zero-extended,
+ * where b(i) = step * i (within its 128-bit half for the source's own lanes). */
+static inline __m256i pair16_control(int k, int step) {
+    const __m256i i = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+    const __m256i b = _mm256_add_epi32(_mm256_mullo_epi32(i, _mm256_set1_epi32(step)), _mm256_set1_epi32(k));
+    return _mm256_or_si256(_mm256_mullo_epi32(b, _mm256_set1_epi32(0x10001)), _mm256_set1_epi32((int)0x80008000u));
+}
+/* Byte k of each 32-bit lane of v (lane r = row r) in both 16-bit halves of the lane: one vpshufb a half. */
+static inline qp_i qp_lane_byte_pair16(qp_i v, int k) {
+    const __m256i ctl = _mm256_and_si256(pair16_control(k, 4), _mm256_set1_epi8((char)0x8f)); /* within 128 bits */
+    return (qp_i){_mm256_shuffle_epi8(v.lo, ctl), _mm256_shuffle_epi8(v.hi, ctl)};
+}
+/* Byte k of the 16 2-byte fields at p (row r's at 2r) the same way. */
+static inline qp_i qp_u16_byte_pair16(const void *p, int k) {
+    const __m256i ctl = pair16_control(k, 2);
+    return (qp_i){_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)), ctl),
+                  _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p + 1)), ctl)};
+}
+/* x with y's sign times |y| = ay in 16-bit pair sums (|y| <= 127: each fits, see dp1_signed). */
+static inline qp_i qp_dp1_signed16(qp_i x, qp_i y, qp_i ay) {
+    return (qp_i){_mm256_maddubs_epi16(ay.lo, _mm256_sign_epi8(x.lo, y.lo)),
+                  _mm256_maddubs_epi16(ay.hi, _mm256_sign_epi8(x.hi, y.hi))};
+}
+/* |y| of a broadcast y (the same in both halves): one vpabsb. */
+static inline qp_i qp_abs8(qp_i y) {
+    const __m256i a = _mm256_abs_epi8(y.lo);
+    return (qp_i){a, a};
 }
 static inline qp_i qp_from_u8(__m128i b) { return (qp_i){_mm256_cvtepu8_epi32(b), _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))}; }
 static inline qp_i qp_from_u16(const void *p) {
