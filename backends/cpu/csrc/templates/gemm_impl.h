@@ -43,7 +43,7 @@
  * packed by the first tile down each panel instead, which reads it from its
  * rows and stores it into the panel as it multiplies (micro_T_packing): a
  * task's own panels always, shared ones when no other task reads them and
- * B's rows are less than a page apart (gemm_driver.h, plan_).
+ * B's rows are less than a page apart and line-aligned (gemm_driver.h, plan_).
  * Small operands skip packing (use_in_place). Threads split M or N, never K,
  * so every element of C is computed by the same sequence of operations
  * whatever the thread count. Rows or columns of one (m == 1 or n == 1) take
