@@ -59,9 +59,9 @@
 /* Whole tiles that pack B as they read it from its source, so that the copy's loads and
  * stores ride along the multiply-adds instead of taking a pass of their own; the same
  * operations in the same order as NAME_R and NAME_rows. They read B's rows (ldb apart,
- * columns contiguous) and store them into the packed panel bdst (NR wide). The row of the panel to the right is prefetched meanwhile:
- * the first tiles run along those panels, and a column of rows a power of two apart, all in
- * one or two L1 sets, would otherwise wait on L2 at each k. */
+ * columns contiguous) and store them into the packed panel bdst (NR wide). The same row of
+ * the panel to the right is prefetched meanwhile, for the next first tile: a column of rows
+ * a power of two apart, all in one or two L1 sets, would otherwise wait on L2 at each k. */
 #define SAVE_B(S)                                                          \
     _mm_prefetch((const char *)(b + 2 * W), _MM_HINT_T0);                  \
     _mm_prefetch((const char *)(b + 4 * W) - 1, _MM_HINT_T0);              \
