@@ -7,6 +7,10 @@
  *   F64_MR, F64_NR        the f64 register tile, and micro_f64()
  *   F32_KC, F64_KC        the deepest K slice (an expression, evaluated once)
  *   micro_f32_rows(), micro_f64_rows()  full-height tiles with A read in place
+ *   GEMM_MICRO_PACKING    (optional) micro_T_packing() and micro_T_rows_packing():
+ *                         whole tiles that copy B's panel from its rows as they
+ *                         read it (arch/x86/gemm_micro.h), so B's pass of packing
+ *                         is folded into the first tiles down each panel
  *   GEMM_BF16_DOT         (optional) micro_bf16() and the pair packers of the
  *                         bf16 dot-product path
  *   GEMM_A_L2_SHARE       (optional, default 6) the part of L2 an A block takes
@@ -35,7 +39,11 @@
  * out at least one task per MC block, so a thread the OS keeps waiting
  * leaves its blocks to the others. When all rows fit
  * one MC block, each B panel is used once, so each task packs the panels it
- * uses just before using them.
+ * uses just before using them. A B whose rows are contiguous (f32, f64) is
+ * packed by the first tile down each panel instead, which reads it from its
+ * rows and stores it into the panel as it multiplies (micro_T_packing): a
+ * task's own panels always, shared ones when no other task reads them and
+ * B's rows are less than a page apart and line-aligned (gemm_driver.h, plan_).
  * Small operands skip packing (use_in_place). Threads split M or N, never K,
  * so every element of C is computed by the same sequence of operations
  * whatever the thread count. Rows or columns of one (m == 1 or n == 1) take
@@ -546,6 +554,16 @@ static int split_rows_cheaper(int64_t m, int64_t mr, int64_t tasks, int64_t mpan
     return rows <= (double)m / (double)mr * (double)mine + pack_a * (double)mpanels + pack_b * (double)mine;
 }
 
+#define NO_ROWS(...) ((void)0)
+#ifdef GEMM_MICRO_PACKING
+#define DRIVER_COPIES 1
+#define DRIVER_MICRO_PACKING micro_f32_packing
+#define DRIVER_ROWS_PACKING micro_f32_rows_packing
+#else
+#define DRIVER_COPIES 0
+#define DRIVER_MICRO_PACKING NO_ROWS
+#define DRIVER_ROWS_PACKING NO_ROWS
+#endif
 #define DRIVER_NAME float
 #define DRIVER_T float
 #define DRIVER_P float
@@ -557,6 +575,15 @@ static int split_rows_cheaper(int64_t m, int64_t mr, int64_t tasks, int64_t mpan
 #define DRIVER_ROWS micro_f32_rows
 #include "templates/gemm_driver.h"
 
+#ifdef GEMM_MICRO_PACKING
+#define DRIVER_COPIES 1
+#define DRIVER_MICRO_PACKING micro_f64_packing
+#define DRIVER_ROWS_PACKING micro_f64_rows_packing
+#else
+#define DRIVER_COPIES 0
+#define DRIVER_MICRO_PACKING NO_ROWS
+#define DRIVER_ROWS_PACKING NO_ROWS
+#endif
 #define DRIVER_NAME double
 #define DRIVER_T double
 #define DRIVER_P double
@@ -570,7 +597,9 @@ static int split_rows_cheaper(int64_t m, int64_t mr, int64_t tasks, int64_t mpan
 
 #ifdef GEMM_BF16_DOT
 /* bf16 x bf16 with the CPU's bf16 dot product: panels of k pairs, never read in place. */
-#define NO_ROWS(...) ((void)0)
+#define DRIVER_COPIES 0
+#define DRIVER_MICRO_PACKING NO_ROWS
+#define DRIVER_ROWS_PACKING NO_ROWS
 #define DRIVER_NAME bf16dot
 #define DRIVER_T float
 #define DRIVER_P uint32_t
@@ -610,13 +639,13 @@ int GEMM_ENTRY(int32_t dtype, int64_t m, int64_t n, int64_t k, const void *a, in
         return rc;
     if (dtype == CD_f64) {
         drv_double d = {.a = a, .b = b, .isz = 8, .m = m, .ars = ars, .acs = acs, .brs = brs, .bcs = bcs,
-                        .c = c, .ldc = ldc, .pack_a = pa_double_f64, .pack_b = pb_double_f64};
+                        .c = c, .ldc = ldc, .copy_b = bcs == 1, .pack_a = pa_double_f64, .pack_b = pb_double_f64};
         return blocked_double(&d, n, k);
     }
     drv_float d = {.a = a, .b = b, .isz = cd_dtype_size(dtype), .m = m, .ars = ars, .acs = acs, .brs = brs,
                    .bcs = bcs, .c = c, .ldc = ldc};
     switch (dtype) {
-    case CD_f32: d.pack_a = pa_float_f32; d.pack_b = pb_float_f32; break;
+    case CD_f32: d.pack_a = pa_float_f32; d.pack_b = pb_float_f32; d.copy_b = bcs == 1; break;
     case CD_bf16:
 #ifdef GEMM_BF16_DOT
         if (cd_ops.bf16_dot) {

@@ -37,12 +37,13 @@
         OP(maskstore, S)(ci + W, m1, c##i##_1);                                \
     }
 /* The tile body (see gemm_micro.h), B's rows ldb apart. */
-#define MICRO_BODY(R, S, ACS)                                                                   \
+#define MICRO_BODY_SAVE(R, S, ACS, SAVE)                                                        \
     const int W = LANES(S);                                                                     \
     ROWS##R(PREF, S)                                                                            \
     ROWS##R(DECL, S)                                                                            \
     _Pragma("GCC unroll 4") for (int64_t p = 0; p < kc; p++, a += (ACS), b += ldb) {            \
         const VEC(S) b0 = OP(loadu, S)(b), b1 = OP(loadu, S)(b + W);                            \
+        SAVE(S)                                                                                 \
         ROWS##R(STEP, S)                                                                        \
     }                                                                                           \
     if (mr == R && nr == 2 * W) {                                                               \
@@ -51,8 +52,9 @@
         const __m256i m0 = LANE_MASK(S, nr), m1 = LANE_MASK(S, nr - W);                         \
         ROWS##R(STORE_PART, S)                                                                  \
     }
-/* Kernels of 6, 4 and 2 rows over packed panels (6 wide), the entry that picks one, and
- * the in-place kernel. */
+#define MICRO_BODY(R, S, ACS) MICRO_BODY_SAVE(R, S, ACS, NO_SAVE)
+/* Kernels of 6, 4 and 2 rows over packed panels (6 wide), the entry that picks one, the
+ * in-place kernel, and the two that pack B as they go. */
 #define GEN_MICROS(NAME, S)                                                                     \
     GEN_MICRO(NAME, 6, S, 6) GEN_MICRO(NAME, 4, S, 6) GEN_MICRO(NAME, 2, S, 6)                   \
     static void NAME(int64_t kc, const ELEM(S) *a, const ELEM(S) *b, int64_t ldb, ELEM(S) *c,     \
@@ -61,7 +63,8 @@
         else if (mr > 2) NAME##_4(kc, a, b, ldb, c, ldc, mr, nr, acc);                            \
         else NAME##_2(kc, a, b, ldb, c, ldc, mr, nr, acc);                                        \
     }                                                                                             \
-    GEN_MICRO_ROWS(NAME, 6, S)
+    GEN_MICRO_ROWS(NAME, 6, S)                                                                    \
+    GEN_MICRO_PACKING(NAME, 6, S, 6)
 
 GEN_MICROS(micro_f32, ps)
 GEN_MICROS(micro_f64, pd)

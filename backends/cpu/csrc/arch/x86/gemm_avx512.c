@@ -36,13 +36,14 @@
 /* The tile body: accumulates kc steps of A (row i at a[i * ars], the next k
  * acs further on) times B (rows ldb apart, two vectors of BT loaded by BLOAD,
  * multiplied in by STEPM), then stores or adds the tile. */
-#define MICRO_BODY_WITH(R, S, ACS, BT, BLOAD, STEPM)                                            \
+#define MICRO_BODY_WITH(R, S, ACS, BT, BLOAD, STEPM, SAVE)                                      \
     const int W = LANES(S);                                                                     \
     ROWS##R(PREF, S)                                                                            \
     ROWS##R(DECL, S)                                                                            \
     const __typeof__(*a) *a7 = a + 7 * ars;                                                     \
     for (int64_t p = 0; p < kc; p++, a += (ACS), a7 += (ACS), b += ldb) {                       \
         const BT b0 = BLOAD(b), b1 = BLOAD(b + W);                                              \
+        SAVE(S)                                                                                 \
         ROWS##R(STEPM, S)                                                                       \
     }                                                                                           \
     if (mr == R && nr == 2 * W) {                                                               \
@@ -53,9 +54,11 @@
         const unsigned m1 = nr >= 2 * W ? full : nr > W ? (1u << (nr - W)) - 1 : 0;             \
         ROWS##R(STORE_PART, S)                                                                  \
     }
-#define MICRO_BODY(R, S, ACS) MICRO_BODY_WITH(R, S, ACS, VEC(S), OP(loadu, S), STEP)
+#define MICRO_BODY_SAVE(R, S, ACS, SAVE) MICRO_BODY_WITH(R, S, ACS, VEC(S), OP(loadu, S), STEP, SAVE)
+#define MICRO_BODY(R, S, ACS) MICRO_BODY_SAVE(R, S, ACS, NO_SAVE)
 /* Kernels of 14, 8, 4 and 2 rows over packed panels (always 14 wide), so an edge panel of a
- * few rows costs a few rows' work; the entry that picks one; the in-place kernel. */
+ * few rows costs a few rows' work; the entry that picks one; the in-place kernel; the two
+ * that pack B as they go. */
 #define GEN_MICROS(NAME, S)                                                                     \
     GEN_MICRO(NAME, 14, S, 14) GEN_MICRO(NAME, 8, S, 14) GEN_MICRO(NAME, 4, S, 14)               \
     GEN_MICRO(NAME, 2, S, 14)                                                                     \
@@ -67,7 +70,8 @@
         else NAME##_2(kc, a, b, ldb, c, ldc, mr, nr, acc);                                        \
     }                                                                                             \
     __attribute__((noinline)) /* inlined, its row offsets would spill */                        \
-    GEN_MICRO_ROWS(NAME, 14, S)
+    GEN_MICRO_ROWS(NAME, 14, S)                                                                   \
+    GEN_MICRO_PACKING(NAME, 14, S, 14)
 
 GEN_MICROS(micro_f32, ps)
 GEN_MICROS(micro_f64, pd)
@@ -135,7 +139,7 @@ __attribute__((target("avx512bf16"))) static void micro_bf16(int64_t kc, const u
                                                               float *restrict c, int64_t ldc, int mr, int nr,
                                                               int accumulate) {
     const int64_t ars = 1;
-    MICRO_BODY_WITH(14, ps, 14, __m512bh, LOAD_BF16_PAIRS, BF16_STEP)
+    MICRO_BODY_WITH(14, ps, 14, __m512bh, LOAD_BF16_PAIRS, BF16_STEP, NO_SAVE)
 }
 
 /* The 32-bit word holding elements k and k + 1 of a bf16 vector with stride s

@@ -14,6 +14,8 @@
 #ifndef CANDLE_CPU_GEMM_MICRO_H
 #define CANDLE_CPU_GEMM_MICRO_H
 
+#define GEMM_MICRO_PACKING 1 /* templates/gemm_impl.h: this file's _packing kernels exist */
+
 #define ELEM_ps float
 #define ELEM_pd double
 #define ELEM_(S) ELEM_##S
@@ -35,9 +37,10 @@
 
 /* The including file's MICRO_BODY(R, S, ACS) is the tile body: kc steps of A
  * (row i at a[i * ars], the next k ACS further on) times B, then C stored or
- * added to. From it, a kernel for tiles of at most R rows of a packed A panel
- * (PANEL wide), and one for tiles of all R rows with A read in place from rows
- * ars apart. */
+ * added to; MICRO_BODY_SAVE(R, S, ACS, SAVE) the same with SAVE(S) run after
+ * each step's loads of B. From it, a
+ * kernel for tiles of at most R rows of a packed A panel (PANEL wide), and one
+ * for tiles of all R rows with A read in place from rows ars apart. */
 #define GEN_MICRO(NAME, R, S, PANEL)                                                            \
     static void NAME##_##R(int64_t kc, const ELEM(S) *restrict a, const ELEM(S) *restrict b,     \
                            int64_t ldb, ELEM(S) *restrict c, int64_t ldc, int mr, int nr,         \
@@ -51,6 +54,34 @@
                             int64_t ldc, int nr, int accumulate) {                                \
         const int mr = R;                                                                         \
         MICRO_BODY(R, S, 1)                                                                       \
+    }
+
+/* Whole tiles that pack B as they read it from its source, so that the copy's loads and
+ * stores ride along the multiply-adds instead of taking a pass of their own; the same
+ * operations in the same order as NAME_R and NAME_rows. They read B's rows (ldb apart,
+ * columns contiguous) and store them into the packed panel bdst (NR wide). The same row of
+ * the panel to the right is prefetched meanwhile, for the next first tile: a column of rows
+ * a power of two apart, all in one or two L1 sets, would otherwise wait on L2 at each k. */
+#define SAVE_B(S)                                                          \
+    _mm_prefetch((const char *)(b + 2 * W), _MM_HINT_T0);                  \
+    _mm_prefetch((const char *)(b + 4 * W) - 1, _MM_HINT_T0);              \
+    OP(storeu, S)(bdst, b0);                                               \
+    OP(storeu, S)(bdst + W, b1);                                           \
+    bdst += 2 * W;
+#define NO_SAVE(S)
+#define GEN_MICRO_PACKING(NAME, R, S, PANEL)                                                    \
+    __attribute__((noinline)) static void NAME##_packing(                                        \
+        int64_t kc, const ELEM(S) *restrict a, const ELEM(S) *restrict b, int64_t ldb,            \
+        ELEM(S) *restrict bdst, ELEM(S) *restrict c, int64_t ldc, int accumulate) {               \
+        const int64_t ars = 1;                                                                    \
+        const int mr = R, nr = 2 * LANES(S);                                                      \
+        MICRO_BODY_SAVE(R, S, PANEL, SAVE_B)                                                      \
+    }                                                                                             \
+    __attribute__((noinline)) static void NAME##_rows_packing(                                   \
+        int64_t kc, const ELEM(S) *restrict a, int64_t ars, const ELEM(S) *restrict b,            \
+        int64_t ldb, ELEM(S) *restrict bdst, ELEM(S) *restrict c, int64_t ldc, int accumulate) {  \
+        const int mr = R, nr = 2 * LANES(S);                                                      \
+        MICRO_BODY_SAVE(R, S, 1, SAVE_B)                                                          \
     }
 
 /* C's rows of the tile into L1 before the K loop. W: lanes per vector. */
