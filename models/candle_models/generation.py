@@ -130,11 +130,12 @@ class Sampler:
         whole vocabulary costs ~0.2 ms a token; a server samples a batch's rows one after another). An
         index of zero weight is never drawn."""
         starts = np.arange(0, weights.size, DRAW_BLOCK)
-        cum = np.cumsum(np.add.reduceat(weights, starts))
+        sums = np.add.reduceat(weights, starts)
+        cum = np.cumsum(sums)
         target = self.rng.random() * cum[-1]
         b = int(np.searchsorted(cum, target, side="right"))
         if b == cum.size:  # rounding put the draw at the very end
-            b = int(np.flatnonzero(np.diff(cum, prepend=0.0))[-1])
+            b = int(np.flatnonzero(sums)[-1])
         lo = int(starts[b])
         inner = np.cumsum(weights[lo:lo + DRAW_BLOCK])
         i = int(np.searchsorted(inner, target - (cum[b - 1] if b else 0.0), side="right"))

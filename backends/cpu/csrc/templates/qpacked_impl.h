@@ -405,12 +405,6 @@ QP_INLINE void iq4xs_row16(const char *g, int64_t nb, const char *act, float *y)
 /* (dec: iq4_xs's levels and scales decoded by decodek, or NULL) */
 QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *act, int64_t act_row, float *y,
                       int64_t ldy, const char *dec) {
-#if QP_ACC16
-    if (type == CD_IQ4_XS && mr == 1 && !dec) {
-        iq4xs_row16(g, nb, act, y);
-        return;
-    }
-#endif
     const int q4k = type == CD_Q4_K, tile_bytes = q4k ? 2304 : QP_IQ4XS_TILE, qs = q4k ? 256 : QP_IQ4XS_QS;
     const int sums = q4k || QP_VNNI; /* a term through the activations' sub-block sums */
     const int k16 = QP_ACC16 && q4k && mr == 1;
@@ -490,6 +484,18 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
     for (int i = 0; i < mr; i++) qp_store(y + i * ldy, sum[i]);
 }
 
+/* y[r] for one row of activations at act (decode): with QP_ACC16 iq4_xs by iq4xs_row16, as row32 takes
+ * block16 for the 4-bit types. */
+QP_INLINE void rowk(int type, const char *g, int64_t nb, const char *act, float *y) {
+#if QP_ACC16
+    if (type == CD_IQ4_XS) {
+        iq4xs_row16(g, nb, act, y);
+        return;
+    }
+#endif
+    groupk(type, 1, g, nb, act, 0, y, 0, NULL);
+}
+
 /* ---- the entries: rows of activations in passes of QP_MR ------------------------------------------------ */
 /* Rows of activations in passes of QP_MR; each remainder its own code, so the loops over rows unroll.
  * KERNEL(mr, act, y) runs one pass. */
@@ -539,7 +545,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
 
 #define QP_GROUPK(T, ATTR)                                                                                     \
     static ATTR void rowk_##T(const void *g, int64_t nb, const char *act, float *y) {                \
-        groupk(CD_##T, 1, g, nb, act, 0, y, 0, NULL);                                                          \
+        rowk(CD_##T, g, nb, act, y);                                                                           \
     }                                                                                                          \
     static void groupk_##T(const void *g, int64_t nb, const char *act, int64_t act_row, int64_t m, float *y,   \
                               int64_t ldy) {                                                                   \

@@ -80,8 +80,11 @@ static inline qp_i qp_dp2(qp_i acc, qp_i u1, qp_i s1, qp_i u2, qp_i s2) {
 /* The same for signed x and y (levels of q8 activations, |y| <= 127): x with y's sign times |y|, one vpsignb
  * a vector where |x| and y with x's sign take two, and |y| one vpabsb a broadcast for both halves; each pair
  * sum fits 16 bits, two do not. */
+static inline __m256i pairs_signed(__m256i x, __m256i y, __m256i ay) {
+    return _mm256_maddubs_epi16(ay, _mm256_sign_epi8(x, y));
+}
 static inline __m256i dp1_signed(__m256i acc, __m256i x, __m256i y) {
-    const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(y), _mm256_sign_epi8(x, y));
+    const __m256i p = pairs_signed(x, y, _mm256_abs_epi8(y));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 static inline qp_i qp_dp2_signed(qp_i acc, qp_i x1, qp_i y1, qp_i x2, qp_i y2) {
@@ -136,8 +139,7 @@ static inline qp_i qp_u16_byte_pair16(const void *p, int k) {
 }
 /* x with y's sign times |y| = ay in 16-bit pair sums (|y| <= 127: each fits, see dp1_signed). */
 static inline qp_i qp_dp1_signed16(qp_i x, qp_i y, qp_i ay) {
-    return (qp_i){_mm256_maddubs_epi16(ay.lo, _mm256_sign_epi8(x.lo, y.lo)),
-                  _mm256_maddubs_epi16(ay.hi, _mm256_sign_epi8(x.hi, y.hi))};
+    return (qp_i){pairs_signed(x.lo, y.lo, ay.lo), pairs_signed(x.hi, y.hi, ay.hi)};
 }
 /* |y| of a broadcast y (the same in both halves): one vpabsb. */
 static inline qp_i qp_abs8(qp_i y) {
