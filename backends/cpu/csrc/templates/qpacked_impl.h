@@ -23,16 +23,22 @@
 
 #define QP_INLINE static inline __attribute__((always_inline))
 
-/* No software prefetch: the groups lie end to end, one sequential stream that the hardware prefetcher
- * follows. A prefetchnta 1 KiB ahead of each tile cost 15-25% of the streaming speed of 64 MiB of Q4_0
- * and Q8_0 on Zen 4 (AVX-512 and AVX2 paths alike), and no loss was measured on SmolLM2's decoding steps.
- * The exception, QP_PREFETCH bytes ahead (set by the AVX2 build): each line of a Q4_0 tile, and in decode
- * (one row of activations) of a Q4_1 or Q4_K tile, with prefetcht1 16 KiB ahead; on Zen 4
- * it took 64 MiB of Q4_0 from 0.62-0.83 to 0.85-1.03 of a plain read's speed in three quiet A/Bs, of Q4_K
- * from 0.73-0.89 to 0.88-0.99 and of Q4_1 from 0.73-0.82 to 0.84-0.89 in two loaded ones, where on
- * AVX-512 the same lost (Q4_0: 0.80 -> 0.74). */
+/* Software prefetch, QP_PREFETCH bytes ahead (0: none). The groups lie end to end, one sequential stream
+ * that the hardware prefetcher follows, but on Zen 4 one core streams 64 MiB of weights faster with
+ * prefetcht1 16 KiB ahead of each tile where decode has the most work per byte:
+ * - the super-block types (Q4_K, IQ4_XS) in decode, both builds: on AVX-512, 64 MiB of Q4_K from 0.86 to
+ *   1.07 of a plain read's speed and of IQ4_XS from 0.87 to 1.04 (10th percentiles of 220 calls, 1 thread,
+ *   thread time); on AVX2 Q4_K from 0.73-0.89 to 0.88-0.99 (IQ4_XS's AVX2 decode, iq4xs_row16, is bound by
+ *   its arithmetic and lost at every distance);
+ * - QP_PREFETCH_32 (the AVX2 build): Q4_0's tiles, and in decode Q4_1's: Q4_0 from 0.62-0.83 to 0.85-1.03
+ *   in three quiet A/Bs, Q4_1 from 0.73-0.82 to 0.84-0.89. On AVX-512 the 32-value types lost at every
+ *   distance (2-32 KiB), locality and grouping tried: Q4_0 10-25%, Q8_0 25-35%.
+ * A prefetchnta 1 KiB ahead cost 15-25% of the streaming speed of Q4_0 and Q8_0 on both builds. */
 #ifndef QP_PREFETCH
 #define QP_PREFETCH 0
+#endif
+#ifndef QP_PREFETCH_32
+#define QP_PREFETCH_32 0
 #endif
 /* Each line of a tile, QP_PREFETCH bytes ahead (none when it is 0); a hint: never faults past the buffer. */
 QP_INLINE void prefetch_tile(const char *tile, int bytes) {
@@ -170,7 +176,7 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
     }
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * t.tile;
-        if (type == CD_Q4_0 && !dec) prefetch_tile(tile, t.tile);
+        if (QP_PREFETCH_32 && type == CD_Q4_0 && !dec) prefetch_tile(tile, t.tile);
         qp_i acc[4][2];
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
         const char *db = dec ? dec + b * QP_DEC32 : NULL;
@@ -219,7 +225,7 @@ QP_INLINE void row32(int type, const char *g, int64_t nb, const char *act, float
         qp_f sum = qp_zerof();
         for (int64_t b = 0; b < nb; b++) {
             const char *tile = g + b * t.tile;
-            prefetch_tile(tile, t.tile);
+            if (QP_PREFETCH_32) prefetch_tile(tile, t.tile);
             qp_i isum = block16(t, tile, (const int8_t *)(act + b * t.a_size + t.a_levels));
             /* group32's epilogue, in its order; shared through a function it changed group32's register
              * allocation in prompt passes, which that code is measured sensitive to */
@@ -415,7 +421,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * tile_bytes, *db = dec ? dec + b * QP_DECK : NULL;
         const qp_kscales *ks = db ? (const qp_kscales *)(const void *)(db + QP_DECK_SCALES) : &own;
-        if (mr == 1 && q4k) prefetch_tile(tile, tile_bytes);
+        if (mr == 1 && !db) prefetch_tile(tile, tile_bytes);
         if (q4k)
             q4k_scales(tile + 64, &own, k16);
         else if (!db)
