@@ -117,6 +117,8 @@ void cd_qunpack_group(const cd_qtype_info *t, const cd_qpack_layout *l, const ch
  * before it) at act + i * act_row. */
 typedef void cd_qgroup_fn(const void *tiles, int64_t nb, const char *act, int64_t act_row, int64_t m, float *y,
                           int64_t ldy);
+/* The same for one activation row (decode, m = 1): y[r] for r < 16. */
+typedef void cd_qrow_fn(const void *tiles, int64_t nb, const char *act, float *y);
 
 /* E8M0 to float as MXFP4 uses it: 2^(e - 127) / 2 (the values are E2M1 doubled). */
 static inline float cd_e8m0_to_f32_half(uint8_t e) {

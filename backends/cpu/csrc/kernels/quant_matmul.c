@@ -228,6 +228,7 @@ typedef struct {
     const cd_qtype_info *t;
     const cd_qpack_layout *l;
     cd_qgroup_fn *group;
+    cd_qrow_fn *row; /* decode (m = 1), when the ISA table has one */
     int64_t m, n, k, nb, group_bytes;
     const act_rows *a;
     const char *w;
@@ -236,6 +237,10 @@ typedef struct {
 
 static int packed_task(void *vctx, int64_t g0, int64_t g1) {
     const packed_ctx *c = vctx;
+    if (c->row) {
+        for (int64_t g = g0; g < g1; g++) c->row(c->w + g * c->group_bytes, c->nb, c->a->act, c->y + g * CD_QPACK_GROUP);
+        return 0;
+    }
     if (c->group) {
         for (int64_t g = g0; g < g1; g++)
             c->group(c->w + g * c->group_bytes, c->nb, c->a->act, c->a->row, c->m, c->y + g * CD_QPACK_GROUP, c->n);
@@ -272,7 +277,7 @@ CD_API int cd_qmatmul_packed(int32_t type, int64_t m, int64_t n, int64_t k, cons
     act_rows a;
     int rc = act_quantize(&a, t, m, k, x);
     const int64_t nb = k / t->block_size, groups = n / CD_QPACK_GROUP, group_bytes = CD_QPACK_GROUP * nb * t->type_size;
-    packed_ctx c = {t, l, cd_ops.qgroup[t->id], m, n, k, nb, group_bytes, &a, w, y};
+    packed_ctx c = {t, l, cd_ops.qgroup[t->id], m == 1 ? cd_ops.qrow[t->id] : NULL, m, n, k, nb, group_bytes, &a, w, y};
     /* a group's work grows with m: keep tasks near the grain in products, not only in bytes */
     const int64_t grain = product_grain(m, groups, group_bytes, CD_MAX(1, rows_per_task(group_bytes) / m));
     if (rc == 0) rc = cd_parallel_for(groups, grain, packed_task, &c);

@@ -98,6 +98,9 @@ typedef struct {
     cd_dequant_row_fn *qdecode[CD_QTYPE_COUNT];
     /* By ggml type id: a packed group's products with rows of activations (NULL: unpack, then qdot). */
     cd_qgroup_fn *qgroup[CD_QTYPE_COUNT];
+    /* By ggml type id: the same for one row of activations (decode; NULL: qgroup with m = 1), an entry of
+     * its own so that an instruction set can take another's where that one streams faster. */
+    cd_qrow_fn *qrow[CD_QTYPE_COUNT];
 } cd_isa_ops;
 
 extern cd_isa_ops cd_ops;

@@ -31,8 +31,9 @@
  *   thread time); on AVX2 Q4_K from 0.73-0.89 to 0.88-0.99 (IQ4_XS's AVX2 decode, iq4xs_row16, is bound by
  *   its arithmetic and lost at every distance);
  * - QP_PREFETCH_32 (the AVX2 build): Q4_0's tiles, and in decode Q4_1's: Q4_0 from 0.62-0.83 to 0.85-1.03
- *   in three quiet A/Bs, Q4_1 from 0.73-0.82 to 0.84-0.89. On AVX-512 the 32-value types lost at every
- *   distance (2-32 KiB), locality and grouping tried: Q4_0 10-25%, Q8_0 25-35%.
+ *   in three quiet A/Bs, Q4_1 from 0.73-0.82 to 0.84-0.89. The AVX-512 kernels of the 32-value types lost
+ *   at every distance (2-32 KiB), locality and grouping tried (Q4_0 10-25%, Q8_0 25-35%): an AVX-512 machine
+ *   decodes Q4_0 and Q4_1 with these AVX2 kernels instead (arch/x86/isa_x86.c).
  * A prefetchnta 1 KiB ahead cost 15-25% of the streaming speed of Q4_0 and Q8_0 on both builds. */
 #ifndef QP_PREFETCH
 #define QP_PREFETCH 0
@@ -531,8 +532,8 @@ QP_INLINE void rowk(int type, const char *g, int64_t nb, const char *act, float 
         cd_scratch_free(dec);                                                                                  \
     } while (0)
 
-/* Decode (m = 1) in a function of its own, compiled with ATTR; without memory for the levels, each pass
- * unpacks. */
+/* Decode (m = 1) in a function of its own, compiled with ATTR: the ISA table's qrow, and what qgroup runs for
+ * m = 1; without memory for the levels, each pass unpacks. */
 #define QP_GROUP32(T, ATTR)                                                                                    \
     static ATTR void row32_##T(const void *g, int64_t nb, const char *act, float *y) {               \
         row32(CD_##T, g, nb, act, y);                                                                          \
@@ -586,4 +587,13 @@ void QPACKED_FILL(cd_isa_ops *ops) {
     ops->qgroup[CD_MXFP4] = group32_MXFP4;
     ops->qgroup[CD_Q4_K] = groupk_Q4_K;
     ops->qgroup[CD_IQ4_XS] = groupk_IQ4_XS;
+    ops->qrow[CD_Q4_0] = row32_Q4_0;
+    ops->qrow[CD_Q4_1] = row32_Q4_1;
+    ops->qrow[CD_Q5_0] = row32_Q5_0;
+    ops->qrow[CD_Q5_1] = row32_Q5_1;
+    ops->qrow[CD_Q8_0] = row32_Q8_0;
+    ops->qrow[CD_IQ4_NL] = row32_IQ4_NL;
+    ops->qrow[CD_MXFP4] = row32_MXFP4;
+    ops->qrow[CD_Q4_K] = rowk_Q4_K;
+    ops->qrow[CD_IQ4_XS] = rowk_IQ4_XS;
 }
