@@ -238,7 +238,8 @@ typedef struct {
 static int packed_task(void *vctx, int64_t g0, int64_t g1) {
     const packed_ctx *c = vctx;
     if (c->row) {
-        for (int64_t g = g0; g < g1; g++) c->row(c->w + g * c->group_bytes, c->nb, c->a->act, c->y + g * CD_QPACK_GROUP);
+        for (int64_t g = g0; g < g1; g++)
+            c->row(c->w + g * c->group_bytes, c->nb, c->a->act, c->y + g * CD_QPACK_GROUP);
         return 0;
     }
     if (c->group) {
