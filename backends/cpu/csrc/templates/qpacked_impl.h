@@ -23,27 +23,27 @@
 
 #define QP_INLINE static inline __attribute__((always_inline))
 
-/* Software prefetch, QP_PREFETCH bytes ahead (0: none). The groups lie end to end, one sequential stream
- * that the hardware prefetcher follows, but on Zen 4 one core streams 64 MiB of weights faster with
- * prefetcht1 16 KiB ahead of each tile where decode has the most work per byte:
- * - the super-block types (Q4_K, IQ4_XS) in decode, both builds: on AVX-512, 64 MiB of Q4_K from 0.86 to
+/* Software prefetch, a distance in bytes for each family of types (0: none). The groups lie end to end, one
+ * sequential stream that the hardware prefetcher follows, but on Zen 4 one core streams 64 MiB of weights
+ * faster with prefetcht1 16 KiB ahead of each tile where decode has the most work per byte:
+ * - QP_PREFETCH_K, the super-block types (Q4_K, IQ4_XS) in decode, both builds: on AVX-512, 64 MiB of Q4_K from 0.86 to
  *   1.07 of a plain read's speed and of IQ4_XS from 0.87 to 1.04 (10th percentiles of 220 calls, 1 thread,
  *   thread time); on AVX2 Q4_K from 0.73-0.89 to 0.88-0.99 (IQ4_XS's AVX2 decode, iq4xs_row16, is bound by
  *   its arithmetic and lost at every distance);
- * - QP_PREFETCH_32 (the AVX2 build): Q4_0's tiles, and in decode Q4_1's: Q4_0 from 0.62-0.83 to 0.85-1.03
+ * - QP_PREFETCH_32, the AVX2 build's only: Q4_0's tiles, and in decode Q4_1's: Q4_0 from 0.62-0.83 to 0.85-1.03
  *   in three quiet A/Bs, Q4_1 from 0.73-0.82 to 0.84-0.89. The AVX-512 kernels of the 32-value types lost
  *   at every distance (2-32 KiB), locality and grouping tried (Q4_0 10-25%, Q8_0 25-35%): an AVX-512 machine
  *   decodes Q4_0 and Q4_1 with these AVX2 kernels instead (arch/x86/isa_x86.c).
  * A prefetchnta 1 KiB ahead cost 15-25% of the streaming speed of Q4_0 and Q8_0 on both builds. */
-#ifndef QP_PREFETCH
-#define QP_PREFETCH 0
+#ifndef QP_PREFETCH_K
+#define QP_PREFETCH_K 0
 #endif
 #ifndef QP_PREFETCH_32
 #define QP_PREFETCH_32 0
 #endif
-/* Each line of a tile, QP_PREFETCH bytes ahead (none when it is 0); a hint: never faults past the buffer. */
-QP_INLINE void prefetch_tile(const char *tile, int bytes) {
-    for (int o = 0; QP_PREFETCH && o < bytes; o += 64) __builtin_prefetch(tile + QP_PREFETCH + o, 0, 2);
+/* Each line of a tile, `ahead` bytes ahead (none when it is 0); a hint: never faults past the buffer. */
+QP_INLINE void prefetch_tile(const char *tile, int bytes, int ahead) {
+    for (int o = 0; ahead && o < bytes; o += 64) __builtin_prefetch(tile + ahead + o, 0, 2);
 }
 /* QP_ACC16 (set by the AVX2 build): the layer adds vpmaddubsw's pair sums in 16 bits (qp_dp1_16), which
  * decode uses for the 4-bit types; QP_DECODE_ATTR: what the 4-bit types' decode kernels are compiled with. */
@@ -177,7 +177,7 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
     }
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * t.tile;
-        if (QP_PREFETCH_32 && type == CD_Q4_0 && !dec) prefetch_tile(tile, t.tile);
+        if (type == CD_Q4_0 && !dec) prefetch_tile(tile, t.tile, QP_PREFETCH_32);
         qp_i acc[4][2];
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
         const char *db = dec ? dec + b * QP_DEC32 : NULL;
@@ -226,7 +226,7 @@ QP_INLINE void row32(int type, const char *g, int64_t nb, const char *act, float
         qp_f sum = qp_zerof();
         for (int64_t b = 0; b < nb; b++) {
             const char *tile = g + b * t.tile;
-            if (QP_PREFETCH_32) prefetch_tile(tile, t.tile);
+            prefetch_tile(tile, t.tile, QP_PREFETCH_32);
             qp_i isum = block16(t, tile, (const int8_t *)(act + b * t.a_size + t.a_levels));
             /* group32's epilogue, in its order; shared through a function it changed group32's register
              * allocation in prompt passes, which that code is measured sensitive to */
@@ -422,7 +422,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * tile_bytes, *db = dec ? dec + b * QP_DECK : NULL;
         const qp_kscales *ks = db ? (const qp_kscales *)(const void *)(db + QP_DECK_SCALES) : &own;
-        if (mr == 1 && !db) prefetch_tile(tile, tile_bytes);
+        if (mr == 1 && !db) prefetch_tile(tile, tile_bytes, QP_PREFETCH_K);
         if (q4k)
             q4k_scales(tile + 64, &own, k16);
         else if (!db)
@@ -532,18 +532,14 @@ QP_INLINE void rowk(int type, const char *g, int64_t nb, const char *act, float 
         cd_scratch_free(dec);                                                                                  \
     } while (0)
 
-/* Decode (m = 1) in a function of its own, compiled with ATTR: the ISA table's qrow, and what qgroup runs for
- * m = 1; without memory for the levels, each pass unpacks. */
+/* Decode (m = 1) in a function of its own, compiled with ATTR: the ISA table's qrow (qmatmul_packed's choice
+ * for one row); the group's passes of rows otherwise, which unpack each tile without memory for its levels. */
 #define QP_GROUP32(T, ATTR)                                                                                    \
     static ATTR void row32_##T(const void *g, int64_t nb, const char *act, float *y) {               \
         row32(CD_##T, g, nb, act, y);                                                                          \
     }                                                                                                          \
     static void group32_##T(const void *g, int64_t nb, const char *act, int64_t act_row, int64_t m, float *y,  \
                                int64_t ldy) {                                                                  \
-        if (m == 1) {                                                                                          \
-            row32_##T(g, nb, act, y);                                                                          \
-            return;                                                                                            \
-        }                                                                                                      \
         const qp_t32 t = t32(CD_##T);                                                                          \
         char *dec = m > QP_MR && decode_once(t) ? cd_scratch(nb * QP_DEC32) : NULL;                            \
         QP_PASSES_OVER(dec, decode32(t, g, nb, table32(t), dec), QP_PASS32);                                   \
@@ -556,10 +552,6 @@ QP_INLINE void rowk(int type, const char *g, int64_t nb, const char *act, float 
     }                                                                                                          \
     static void groupk_##T(const void *g, int64_t nb, const char *act, int64_t act_row, int64_t m, float *y,   \
                               int64_t ldy) {                                                                   \
-        if (m == 1) {                                                                                          \
-            rowk_##T(g, nb, act, y);                                                                           \
-            return;                                                                                            \
-        }                                                                                                      \
         const int ty = CD_##T;                                                                                 \
         char *dec = !QP_VNNI && ty == CD_IQ4_XS && m > QP_MR ? cd_scratch(nb * QP_DECK) : NULL;                \
         QP_PASSES_OVER(dec, decodek(g, nb, dec), QP_PASSK);                                                    \

@@ -12,8 +12,8 @@ typedef struct { __m256i lo, hi; } qp_i;
 typedef struct { __m256 lo, hi; } qp_f;
 #define QP_VNNI 0
 #define QP_MR 2 /* 16 ymm registers */
-#define QP_PREFETCH 16384 /* see templates/qpacked_impl.h */
-#define QP_PREFETCH_32 1
+#define QP_PREFETCH_K 16384 /* see templates/qpacked_impl.h */
+#define QP_PREFETCH_32 16384
 #define QP_ACC16 1        /* qp_dp1_16 and qp_widen16 */
 /* The 4-bit types' decode kernels (one row of activations) scheduled by gcc before register allocation,
  * minding register pressure: otherwise they load all of a block's levels first and spill (9-25% slower on

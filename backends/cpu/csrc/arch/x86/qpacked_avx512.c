@@ -10,7 +10,7 @@ typedef __m512i qp_i;
 typedef __m512 qp_f;
 #define QP_VNNI 1
 #define QP_MR 4
-#define QP_PREFETCH 16384 /* the super-block types' decode: see templates/qpacked_impl.h */
+#define QP_PREFETCH_K 16384 /* see templates/qpacked_impl.h */
 #define QPACKED_FILL cd_qpacked_avx512vnni
 
 static inline qp_i qp_zero(void) { return _mm512_setzero_si512(); }
