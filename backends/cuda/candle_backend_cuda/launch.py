@@ -37,7 +37,8 @@ def _strided_format(k: int) -> tuple[str, int]:
 
 def param_layout(signature: str) -> tuple[str, list[tuple[int, int]]]:
     """(struct format, [(offset, size) of each C parameter]): the device ABI's layout of a
-    parameter list, each member at its natural alignment."""
+    parameter list, each member at its natural alignment, and no padding after the last: the
+    driver refuses a parameter buffer of any size but the kernel's (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)."""
     fmt, at, members = "<", 0, []
     for code in re.findall(r"q\[\d+\]|.", signature):
         if code.startswith("q["):
@@ -49,7 +50,7 @@ def param_layout(signature: str) -> tuple[str, list[tuple[int, int]]]:
         fmt += "x" * pad + part
         members.append((at + pad, size))
         at += pad + size
-    return fmt + "x" * (-at % 8), members
+    return fmt, members
 
 
 def param_struct(signature: str) -> struct.Struct:

@@ -16,7 +16,7 @@ import pytest
 
 from candle_backend_cuda import modules
 from candle_backend_cuda.kernels.signatures import SIGNATURES, family
-from candle_backend_cuda.launch import param_layout
+from candle_backend_cuda.launch import param_layout, param_struct
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from build_fatbin import DEFAULT_ARCHS, parse_archs  # noqa: E402
@@ -42,9 +42,10 @@ def dump(*args) -> str:
     return subprocess.run([cuobjdump(), *map(str, args)], capture_output=True, text=True, check=True).stdout
 
 
-def kernel_params(path) -> dict:
-    """{(arch, kernel): [(offset, size) by parameter ordinal]} from cuobjdump -elf."""
-    out, arch, kernel = {}, None, None
+def kernel_params(path, sizes: dict | None = None) -> dict:
+    """{(arch, kernel): [(offset, size) by parameter ordinal]} from cuobjdump -elf; sizes, when
+    given, gets {(arch, kernel): the bytes of its parameter buffer} (EIATTR_CBANK_PARAM_SIZE)."""
+    out, arch, kernel, attr = {}, None, None, None
     for line in dump("-elf", path).splitlines():
         if m := re.match(r"arch = (sm_\d+)", line.strip()):
             arch = m.group(1)
@@ -53,6 +54,11 @@ def kernel_params(path) -> dict:
             out[(arch, kernel)] = {}
         elif m := re.search(r"Ordinal : 0x([0-9a-f]+)\s+Offset\s+: 0x([0-9a-f]+)\s+Size\s+: 0x([0-9a-f]+)", line):
             out[(arch, kernel)][int(m.group(1), 16)] = (int(m.group(2), 16), int(m.group(3), 16))
+        elif m := re.match(r"Attribute:\s+(\w+)", line.strip()):
+            attr = m.group(1)
+        elif (m := re.match(r"Value:\s+0x([0-9a-f]+)$", line.strip())) and attr == "EIATTR_CBANK_PARAM_SIZE":
+            if sizes is not None:
+                sizes[(arch, kernel)] = int(m.group(1), 16)
     return {key: [params[i] for i in sorted(params)] for key, params in out.items()}
 
 
@@ -77,12 +83,15 @@ def test_each_fatbin_holds_every_architecture_and_the_ptx(module):
 @needs_fatbins
 @pytest.mark.parametrize("module", sorted(SIGNATURES))
 def test_kernel_parameters_match_what_the_host_packs(module):
-    params = kernel_params(modules.FATBIN_DIR / f"{module}.fatbin")
+    sizes = {}
+    params = kernel_params(modules.FATBIN_DIR / f"{module}.fatbin", sizes)
     families = set()
     for (arch, kernel), members in params.items():
         fam = family(kernel)
         assert fam in SIGNATURES[module], f"{kernel} ({arch}) has no signature in kernels/signatures.py"
         assert members == param_layout(SIGNATURES[module][fam])[1], f"{kernel} ({arch}): {members}"
+        # the driver refuses a parameter buffer of another size (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+        assert param_struct(SIGNATURES[module][fam]).size == sizes[(arch, kernel)], f"{kernel} ({arch})"
         families.add(fam)
     assert families == set(SIGNATURES[module]), "a signature without a kernel"
 
