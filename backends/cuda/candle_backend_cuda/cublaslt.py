@@ -49,6 +49,9 @@ DESC_TRANSA, DESC_TRANSB = 3, 4
 LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
 PREF_MAX_WORKSPACE_BYTES = 1
 PREF_MIN_ALIGNMENT = {"a": 5, "b": 6, "c": 7, "d": 8}
+#: Split-K partial sums kept in the compute type (f32): the other schemes (in place, output type) round
+#: each partial sum to an f16/bf16 output, which took a 97x600x100 f16 product past the conformance bound.
+PREF_REDUCTION_SCHEME_MASK, REDUCTION_SCHEME_COMPUTE_TYPE = 3, 2
 OP_N, OP_T = 0, 1
 #: The workspace cuBLASLt may use per device (NVIDIA recommends 32 MiB on Hopper).
 WORKSPACE_BYTES = 32 << 20
@@ -164,6 +167,9 @@ class Plan:
             a = ctypes.c_uint32(align)
             for attr in PREF_MIN_ALIGNMENT.values():
                 check(lib.cublasLtMatmulPreferenceSetAttribute(pref, attr, ctypes.byref(a), 4), "alignment preference")
+            scheme = ctypes.c_uint32(REDUCTION_SCHEME_COMPUTE_TYPE)
+            check(lib.cublasLtMatmulPreferenceSetAttribute(pref, PREF_REDUCTION_SCHEME_MASK, ctypes.byref(scheme), 4),
+                  "reduction scheme preference")
             result, count = HeuristicResult(), c_int(0)
             check(lib.cublasLtMatmulAlgoGetHeuristic(handle, self.desc, self.layout_a, self.layout_b, self.layout_d,
                                                      self.layout_d, pref, 1, ctypes.byref(result), ctypes.byref(count)),
