@@ -9,13 +9,15 @@ fn inf_f() -> f32 { return bitcast<f32>(0x7f800000u); }
 fn copysign_f(m: f32, s: f32) -> f32 {
   return bitcast<f32>((bitcast<u32>(m) & 0x7fffffffu) | (bitcast<u32>(s) & 0x80000000u));
 }
-// The rounding error of p = a * b, exactly (Dekker's product on Veltkamp's halves): WGSL's fma may
-// round twice, so it cannot give it. |a|, |b| below 2^100.
+// a as hi + lo of 12 significant bits each, so that their products are exact: split by masking
+// the low mantissa bits, not by Veltkamp's 4097 a, which a compiler's contraction of 4097 a - a
+// into a fused multiply-add breaks (NVIDIA's Vulkan driver: gelu_erf off by 35 ulp)
 fn split_f(a: f32) -> vec2<f32> {
-  let c = 4097.0 * a;
-  let hi = c - (c - a);
+  let hi = bitcast<f32>(bitcast<u32>(a) & 0xfffff000u);
   return vec2<f32>(hi, a - hi);
 }
+// The rounding error of p = a * b, exactly (Dekker's product on halves of 12 bits): WGSL's fma may
+// round twice, so it cannot give it. |a|, |b| below 2^100.
 fn prod_err_f(a: f32, b: f32, p: f32) -> f32 {
   let x = split_f(a);
   let y = split_f(b);
@@ -26,7 +28,15 @@ fn one_f() -> f32 { return 1.0; }
 fn add_f(a: f32, b: f32) -> f32 { return a + b; }
 fn sub_f(a: f32, b: f32) -> f32 { return a - b; }
 fn mul_f(a: f32, b: f32) -> f32 { return a * b; }
-fn div_f(a: f32, b: f32) -> f32 { return a / b; }
+// a / b correctly rounded: WGSL's / may be 2.5 ulp off (NVIDIA's Vulkan driver's is), so the
+// quotient is corrected once by its exact residual a - q b (Sterbenz: a - p is exact)
+fn div_f(a: f32, b: f32) -> f32 {
+  let q = a / b;
+  let p = q * b;
+  if (q == 0.0 || isinf_f(q) || isnan_f(q) || isinf_f(p)) { return q; }
+  let r = (a - p) - prod_err_f(q, b, p);
+  return q + r / b;
+}
 fn max_f(a: f32, b: f32) -> f32 {
   if (isnan_f(a)) { return a; }
   if (isnan_f(b)) { return b; }

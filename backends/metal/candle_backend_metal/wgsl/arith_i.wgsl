@@ -8,9 +8,11 @@ fn add_i(a: i32, b: i32) -> i32 { return a + b; }
 fn sub_i(a: i32, b: i32) -> i32 { return a - b; }
 fn mul_i(a: i32, b: i32) -> i32 { return a * b; }
 fn div_i(a: i32, b: i32) -> i32 { return a / b; }
-fn fmod_i(a: i32, b: i32) -> i32 { return a % b; }
+// The remainder from the truncated quotient, not WGSL's %: NVIDIA's Vulkan driver gave wrong
+// remainders of negative operands (H200, driver 580) where lavapipe's were right.
+fn fmod_i(a: i32, b: i32) -> i32 { return a - b * (a / b); }
 fn rem_i(a: i32, b: i32) -> i32 {
-  let r = a % b;
+  let r = fmod_i(a, b);
   return select(r, r + b, r != 0 && ((r < 0) != (b < 0)));
 }
 fn max_i(a: i32, b: i32) -> i32 { return max(a, b); }

@@ -20,19 +20,33 @@ const PIO4: f32 = 0.78539816339744831;
 
 fn pow2i(k: i32) -> f32 { return bitcast<f32>(u32(k + 127) << 23u); }  // k in [-126, 127]
 
-fn exp_f(x: f32) -> f32 {
+// v 2^k rounded once, for |v| < 2^12 and k in [-151, 128]. A subnormal result is made from its
+// bits: WGSL lets a GPU flush subnormal results of arithmetic to zero (NVIDIA's Vulkan driver does).
+fn scale2_f(v: f32, k: i32) -> f32 {
+  if (frexp(v).exp + k > -126) {
+    let k1 = k / 2;
+    return v * pow2i(k1) * pow2i(k - k1);  // two steps: 2^k alone may not be a normal f32
+  }
+  let m = round(abs_f(v) * pow2i(k + 149));  // the result in units of the smallest subnormal, 2^-149
+  return bitcast<f32>(u32(m) | (bitcast<u32>(v) & 0x80000000u));
+}
+
+// s exp(x), s applied before exp's power of two so that a normal result never passes through a
+// subnormal (|s| at most 2^11 where x >= -104; beyond, s 0 as IEEE has it: -inf 0 is NaN)
+fn exp_times_f(x: f32, s: f32) -> f32 {
   if (isnan_f(x)) { return x; }
-  if (x > 88.72283935546875) { return inf_f(); }
-  if (x < -103.972084045410) { return 0.0; }
+  // s inf and s 0 on the bits: a compiler may fold s * 0.0 to 0 (lavapipe's does)
+  if (x > 88.72283935546875) { return select(copysign_f(inf_f(), s), nan_f(), s == 0.0 || isnan_f(s)); }
+  if (x < -103.972084045410) { return select(copysign_f(0.0, s), nan_f(), isinf_f(s) || isnan_f(s)); }
   let n = round(x * 1.44269504088896341);
   var r = fma(-n, LN2_HI, x);
   r = fma(-n, LN2_LO, r);
   let q = 0.49999988 + r * (0.16666518 + r * (0.041669533 + r * (0.008368916 + r * 0.0013751407)));
   let p = fma(r * r, q, r) + 1.0;
-  let k = i32(n);
-  let k1 = k / 2;
-  return p * pow2i(k1) * pow2i(k - k1);  // two steps: 2^k alone may not be a normal f32
+  return scale2_f(s * p, i32(n));
 }
+
+fn exp_f(x: f32) -> f32 { return exp_times_f(x, 1.0); }
 
 fn log_f(x: f32) -> f32 {
   if (isnan_f(x) || x < 0.0) { return nan_f(); }
@@ -343,7 +357,7 @@ fn sigmoid_f(x: f32) -> f32 {
 }
 
 fn silu_f(x: f32) -> f32 {
-  if (x < -87.0) { return x * exp_f(x); }
+  if (x < -87.0) { return exp_times_f(x, x); }
   return x / (1.0 + exp_f(-x));
 }
 
