@@ -18,7 +18,7 @@ Method: each repetition runs every case on both devices, interleaved; a
 timing is a calibrated batch ended by a synchronize (the GPU's work is
 waited for); medians and (min-max) spreads of 7 repetitions (3 with --quick).
 
-    python benchmarks/wgpu_vs_cpu.py [--quick] [--device wgpu:0]
+    python benchmarks/wgpu_vs_cpu.py [--quick | --large] [--device wgpu:0]
 """
 
 from __future__ import annotations
@@ -48,29 +48,30 @@ def _timed(fn, device, min_time: float) -> float:
         n *= 2
 
 
-def cases(quick: bool):
+def cases(quick: bool, large: bool):
+    """large: shapes that fill a discrete GPU (products to 4096, 64 Mi-element vectors)."""
     rng = np.random.default_rng(0)
     out = []
-    for n in (256, 512) if quick else (256, 512, 1024):
+    for n in (1024, 2048, 4096) if large else (256, 512) if quick else (256, 512, 1024):
         a, b = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
         out.append((f"matmul f32 {n}", "GFLOP/s", 2 * n**3, (a, b), lambda x, y: x @ y))
-    k = 1024 if quick else 2048
+    k = 4096 if large else 1024 if quick else 2048
     x, w = rng.standard_normal((1, k)).astype(np.float32), rng.standard_normal((k, k)).astype(np.float32)
     out.append((f"decode 1x{k} @ ({k}x{k})^T", "GFLOP/s", 2 * k * k, (x, w), lambda x, y: x @ y.t()))
-    n = 1 << (20 if quick else 22)
+    n = 1 << (26 if large else 20 if quick else 22)
     u, v = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     out.append((f"add f32 {n}", "GB/s", 12 * n, (u, v), lambda x, y: x + y))
     out.append((f"exp f32 {n}", "GB/s", 8 * n, (u,), lambda x: x.exp()))
     out.append((f"cast f32->f16 {n}", "GB/s", 6 * n, (u,), lambda x: x.to_dtype("f16")))
-    m = rng.standard_normal((512, 1024)).astype(np.float32)
-    out.append(("softmax 512x1024", "GB/s", 8 * m.size, (m,), lambda x: x.softmax(-1)))
+    m = rng.standard_normal((8192 if large else 512, 1024)).astype(np.float32)
+    out.append((f"softmax {m.shape[0]}x1024", "GB/s", 8 * m.size, (m,), lambda x: x.softmax(-1)))
     return out
 
 
-def throughput(gpu, cpu, reps: int, quick: bool) -> None:
+def throughput(gpu, cpu, reps: int, quick: bool, large: bool) -> None:
     rows = []
     prepared = []
-    for name, unit, work, arrays, fn in cases(quick):
+    for name, unit, work, arrays, fn in cases(quick, large):
         prepared.append((name, unit, work, [c.Tensor(a, device=gpu) for a in arrays],
                          [c.Tensor(a, device=cpu) for a in arrays], fn))
     times = {p[0]: ([], []) for p in prepared}
@@ -172,11 +173,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller cases, 3 repetitions")
     parser.add_argument("--device", default="wgpu:0")
+    parser.add_argument("--large", action="store_true", help="shapes for a discrete GPU (products to 4096)")
     args = parser.parse_args()
     gpu, cpu = c.get_device(args.device), c.get_device("cpu")
     print(f"{gpu}: {gpu.backend.adapter.describe()}")
     reps = 3 if args.quick else 7
-    throughput(gpu, cpu, reps, args.quick)
+    throughput(gpu, cpu, reps, args.quick, args.large)
     dispatch_cost(gpu, cpu, reps)
     binding_cost(reps)
 

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# The checks of the cuda plugin that need a GPU, as one run on a lent GPU
-# machine (an H100 or H200 with PyTorch, nvcc and NVIDIA's CUDA wheels, no
-# network): install the project from this checkout offline, then
-#   1. the plugin's own tests (backends/cuda/tests) on the GPU;
-#   2. the conformance suite on cuda:0 (--candle-strict);
-#   3. benchmarks/cuda_vs_torch.py --quick (GEMM, SDPA, decode, memory-bound ops against PyTorch);
-#   4. with time left, the conformance suite's elementwise and reduction cases on NVRTC's kernels.
-# Each step has a time limit, and the whole run ends within DEADLINE seconds (default 540: a device
-# command may run 600), leaving room in a 15-minute lease for a second run; a step that would start with
-# under 30 s left is skipped. Logs go to $OUT (or ./gpu-check-out).
+# The checks that need an NVIDIA GPU, as one run on a lent GPU machine (an H100 or H200 with PyTorch,
+# transformers, nvcc and NVIDIA's CUDA wheels, no network): install the project from this checkout
+# offline, then
+#   1. the cuda plugin's own tests (backends/cuda/tests) on the GPU;
+#   2. the conformance suite on cuda:0 (--candle-strict, 8 pytest-xdist workers);
+#   3. the wgpu plugin's tests and the conformance suite through NVIDIA's Vulkan driver, when the
+#      machine has a Vulkan loader (WHEELS must then hold the wgpu wheel: see below);
+#   4. benchmarks/cuda_vs_torch.py (element-wise, softmax, layer_norm, GEMM, SDPA, decode GEMVs);
+#   5. benchmarks/cuda_models.py (MiniLM-shaped embeddings, SmolLM2-shaped decode, against transformers);
+#   6. benchmarks/wgpu_vs_cpu.py --large through Vulkan (GEMM and bandwidth figures naming the GPU).
+# Each step has a time limit and the whole run ends within DEADLINE seconds (default 510; it took
+# 328 s on an H200, install included), so that it fits one device command. Logs go to $OUT (or
+# ./gpu-check-out), one per step: at most 8 files.
+#
+# Packages the machine lacks travel as wheels in WHEELS (default .whl): wgpu==0.32.0 for the wgpu steps,
+# cffi and pycparser for wgpu_vs_cpu.py's wgpu-py figure. A machine without a Vulkan loader can be given
+# one from Debian's packages (libvulkan1) unpacked before this script runs.
 #
 #   bash backends/cuda/tools/gpu_check.sh            # from the repository root, on the GPU machine
 set -uo pipefail
@@ -16,21 +23,22 @@ cd "$(dirname "$0")/../../.."
 OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
+WHEELS="${WHEELS:-.whl}"
 export PYTHONUNBUFFERED=1 CANDLE_CUDA_ARCHS="${CANDLE_CUDA_ARCHS:-90}" CANDLE_WERROR=1
-DEADLINE="${DEADLINE:-540}"
+DEADLINE="${DEADLINE:-510}"
 status=0
 
 step() {  # step NAME LIMIT_S COMMAND...: runs a step under a time limit, logging to $OUT/NAME.log
     local name=$1 limit=$2
     shift 2
     local left=$((DEADLINE - SECONDS))
-    if [ "$left" -lt 30 ]; then
+    if [ "$left" -lt 25 ]; then
         echo "== $name: skipped, ${left}s left"
         status=1
         return 0
     fi
     [ "$limit" -le "$left" ] || limit=$left
-    echo "== $name (limit ${limit}s)"
+    echo "== $name (limit ${limit}s, at ${SECONDS}s)"
     local t0=$SECONDS
     timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
     local rc=$?
@@ -40,25 +48,32 @@ step() {  # step NAME LIMIT_S COMMAND...: runs a step under a time limit, loggin
     return 0
 }
 
-echo "== machine"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-"$PY" -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, torch.cuda.get_device_name(0))"
-command -v nvcc && nvcc --version | tail -n 2
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    "$PY" -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, torch.cuda.get_device_name(0))"
+    command -v nvcc && nvcc --version | tail -n 1
+    [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && echo "Vulkan driver: NVIDIA's ICD"
+} > "$OUT/machine.log" 2>&1
+cat "$OUT/machine.log"
+[ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] &&
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+vulkan=0
+if ldconfig -p | grep -q libvulkan.so.1 && compgen -G "$WHEELS/wgpu-*.whl" > /dev/null; then vulkan=1; fi
 
 # Offline install: no index, no build isolation (the image has setuptools; nvcc builds the fatbins).
+extra=()
+[ "$vulkan" = 1 ] && extra=(-e ./backends/metal "$WHEELS"/*.whl)
 step install 150 "$PY" -m pip install --no-index --no-deps --no-build-isolation --quiet \
-    -e . -e ./backends/cpu -e ./backends/cuda -e ./formats -e ./models
-"$PY" -c "from candle_api.info import describe; print(describe(show_ops=False))" | grep -A1 " cuda:" || true
+    -e . -e ./backends/cpu -e ./backends/cuda -e ./formats -e ./models "${extra[@]}"
+"$PY" -c "from candle_api.info import describe; print(describe(show_ops=False))" | grep -A1 " cuda:\| wgpu" || true
 
-step plugin-tests 90 "$PY" -m pytest -q -p no:cacheprovider -rfEs backends/cuda/tests
-step conformance 240 "$PY" -m pytest -q -p no:cacheprovider --tb=line -rf --candle-strict \
+step cuda-tests 100 "$PY" -m pytest -q -p no:cacheprovider -rfEs backends/cuda/tests
+step cuda-conformance 220 "$PY" -m pytest -q -p no:cacheprovider -n 8 --tb=short -rf --candle-strict \
     --pyargs candle_api.testing.conformance --candle-device cuda:0
-step benchmark 120 "$PY" benchmarks/cuda_vs_torch.py --quick
-if [ $((DEADLINE - SECONDS)) -ge 90 ]; then
-    CANDLE_CUDA_KERNELS=nvrtc CANDLE_CUDA_CACHE="$OUT/nvrtc-cache" step nvrtc-conformance 90 \
-        "$PY" -m pytest -q -p no:cacheprovider --tb=line -rf -k "unary or binary or sum or max" \
-        --pyargs candle_api.testing.conformance.test_ops --candle-device cuda:0
-fi
-rm -rf "$OUT/nvrtc-cache"
+[ "$vulkan" = 1 ] && step vulkan-conformance 150 "$PY" -m pytest -q -p no:cacheprovider -n 6 --tb=short -rf \
+    --candle-strict backends/metal/tests --pyargs candle_api.testing.conformance --candle-device vulkan
+step bench-cuda 150 "$PY" benchmarks/cuda_vs_torch.py
+step bench-models 120 "$PY" benchmarks/cuda_models.py --reps 3
+[ "$vulkan" = 1 ] && step bench-wgpu 90 "$PY" benchmarks/wgpu_vs_cpu.py --large --device vulkan:0
 echo "== done in ${SECONDS} s, status $status (logs in $OUT)"
 exit $status
