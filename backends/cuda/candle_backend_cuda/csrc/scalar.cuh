@@ -83,8 +83,8 @@ __device__ C unary_float(int op, C x) {
         case UNARY_gelu: return f_gelu(x);
         case UNARY_gelu_erf: return f_gelu_erf(x);
         case UNARY_rsqrt: return C(1) / m_sqrt(x);
-        case UNARY_sigmoid: {  // below 0 from exp(x), which is small and exact to its last bits there:
-            C e = m_exp(-m_fabs(x));  // 1 / (1 + exp(-x)) compounds exp's error in a large value (3.1 ulp on H200)
+        case UNARY_sigmoid: {  // below 0 as e / (1 + e), e = exp(x) small: 1 / (1 + exp(-x)) adds two
+            C e = m_exp(-m_fabs(x));  // roundings to exp's error in a large value (3.1 ulp on an H200)
             return x < C(0) ? e / (C(1) + e) : C(1) / (C(1) + e);
         }
         case UNARY_silu: return x / (C(1) + m_exp(-x));

@@ -17,7 +17,7 @@ fn split_f(a: f32) -> vec2<f32> {
   return vec2<f32>(hi, a - hi);
 }
 // The rounding error of p = a * b, exactly (Dekker's product on halves of 12 bits): WGSL's fma may
-// round twice, so it cannot give it. |a|, |b| below 2^100.
+// round twice, so it cannot give it. For a b finite and far from underflow.
 fn prod_err_f(a: f32, b: f32, p: f32) -> f32 {
   let x = split_f(a);
   let y = split_f(b);
