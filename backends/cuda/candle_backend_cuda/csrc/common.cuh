@@ -116,6 +116,36 @@ __device__ __forceinline__ i64 thread_count() { return (i64)blockDim.x * gridDim
 
 #define GRID_LOOP(i, n) for (i64 i = thread_index(); i < (n); i += thread_count())
 
+// The element-wise loop: write(i, off, compute(i, off)) for each element i of n, off its offsets in
+// the K operands. Contiguous operands (rank 0) go four elements a thread at a time, all four computed
+// (their loads issued) before the first is written: one load in flight per thread left an H200's
+// memory two-fifths idle (a copy moved 2.5 of its 4.2 TB/s).
+template <int K, typename Compute, typename Write>
+__device__ __forceinline__ void each_element(i64 n, const Strided<K>& l, Compute compute, Write write) {
+    const i64 step = thread_count();
+    i64 i = thread_index();
+    if (l.rank == 0) {
+        for (; i + 3 * step < n; i += 4 * step) {
+            i64 o[4][K];
+            for (int u = 0; u < 4; ++u)
+                for (int k = 0; k < K; ++k) o[u][k] = i + u * step;
+            auto v0 = compute(i, o[0]);
+            auto v1 = compute(i + step, o[1]);
+            auto v2 = compute(i + 2 * step, o[2]);
+            auto v3 = compute(i + 3 * step, o[3]);
+            write(i, o[0], v0);
+            write(i + step, o[1], v1);
+            write(i + 2 * step, o[2], v2);
+            write(i + 3 * step, o[3], v3);
+        }
+    }
+    for (; i < n; i += step) {
+        i64 o[K];
+        offsets(l, i, o);
+        write(i, o, compute(i, o));
+    }
+}
+
 // IEEE infinity and NaN in f32 or f64 (no math.h macros under NVRTC).
 template <typename C> __device__ __forceinline__ C infinity();
 template <> __device__ __forceinline__ float infinity<float>() { return __int_as_float(0x7f800000); }

@@ -9,12 +9,10 @@
 
 template <typename T>
 __device__ void unary_impl(T* out, const T* x, i64 n, int op, const Strided<1>& lx) {
-    GRID_LOOP(i, n) {
-        i64 o[1];
-        offsets(lx, i, o);
-        if constexpr (IsFloat<T>::value) out[i] = store<T>(unary_float(op, load(x[o[0]])));
-        else out[i] = unary_int(op, x[o[0]]);
-    }
+    each_element(n, lx, [&](i64, const auto& o) {
+        if constexpr (IsFloat<T>::value) return store<T>(unary_float(op, load(x[o[0]])));
+        else return unary_int(op, x[o[0]]);
+    }, [&](i64 i, const auto&, T v) { out[i] = v; });
 }
 #define UNARY(T) \
     KERNEL(unary_##T, T* out, const T* x, i64 n, i32 op, Strided<1> lx) { unary_impl<T>(out, x, n, op, lx); }
@@ -29,9 +27,7 @@ __device__ void param_impl(T* out, const T* x, i64 n, int op, double p0, double 
                            const Strided<1>& lx) {
     typedef typename Acc<T>::type C;
     const C c0 = (C)p0, c1 = (C)p1;
-    GRID_LOOP(i, n) {
-        i64 o[1];
-        offsets(lx, i, o);
+    each_element(n, lx, [&](i64, const auto& o) -> T {
         if constexpr (IsFloat<T>::value) {
             C v = load(x[o[0]]), r = v;
             switch (op) {
@@ -41,13 +37,13 @@ __device__ void param_impl(T* out, const T* x, i64 n, int op, double p0, double 
                 case PARAM_leaky_relu: r = v > C(0) ? v : c0 * v; break;
                 case PARAM_clamp: r = v < c0 ? (c0 > c1 ? c1 : c0) : v > c1 ? c1 : v; break;
             }
-            out[i] = store<T>(r);
+            return store<T>(r);
         } else {
             T v = x[o[0]];
-            if (op == PARAM_affine) out[i] = whole ? w_add(w_mul(v, (T)q0), (T)q1) : saturate<T>((double)v * p0 + p1);
-            else out[i] = v < (T)q0 ? (T)q0 : v > (T)q1 ? (T)q1 : v;  // clamp
+            if (op == PARAM_affine) return whole ? w_add(w_mul(v, (T)q0), (T)q1) : saturate<T>((double)v * p0 + p1);
+            return v < (T)q0 ? (T)q0 : v > (T)q1 ? (T)q1 : v;  // clamp
         }
-    }
+    }, [&](i64 i, const auto&, T v) { out[i] = v; });
 }
 #define PARAM(T)                                                                                  \
     KERNEL(param_##T, T* out, const T* x, i64 n, i32 op, f64 p0, f64 p1, i64 q0, i64 q1, i32 whole, \
@@ -61,24 +57,22 @@ FOR_ALL(PARAM)
 // are reported in err (the result there is 0).
 template <typename T>
 __device__ void binary_impl(T* out, const T* a, const T* b, i64 n, int op, i64* err, const Strided<2>& l) {
-    GRID_LOOP(i, n) {
-        i64 o[2];
-        offsets(l, i, o);
+    each_element(n, l, [&](i64 i, const auto& o) -> T {
         if constexpr (IsFloat<T>::value) {
-            out[i] = store<T>(binary_float(op, load(a[o[0]]), load(b[o[1]])));
+            return store<T>(binary_float(op, load(a[o[0]]), load(b[o[1]])));
         } else {
             T x = a[o[0]], y = b[o[1]];
             if ((op == BINARY_div || op == BINARY_rem || op == BINARY_fmod) && y == T(0)) {
                 report(err, ERR_DIV_ZERO, i);
-                out[i] = T(0);
-            } else if (op == BINARY_pow && negative(y)) {
-                report(err, ERR_NEG_POW, i);
-                out[i] = T(0);
-            } else {
-                out[i] = binary_int(op, x, y);
+                return T(0);
             }
+            if (op == BINARY_pow && negative(y)) {
+                report(err, ERR_NEG_POW, i);
+                return T(0);
+            }
+            return binary_int(op, x, y);
         }
-    }
+    }, [&](i64 i, const auto&, T v) { out[i] = v; });
 }
 #define BINARY(T)                                                                                  \
     KERNEL(binary_##T, T* out, const T* a, const T* b, i64 n, i32 op, i64* err, Strided<2> l) {   \
@@ -88,9 +82,7 @@ FOR_ALL(BINARY)
 
 template <typename T>
 __device__ void compare_impl(u8* out, const T* a, const T* b, i64 n, int op, const Strided<2>& l) {
-    GRID_LOOP(i, n) {
-        i64 o[2];
-        offsets(l, i, o);
+    each_element(n, l, [&](i64, const auto& o) -> u8 {
         typename Acc<T>::type x = load(a[o[0]]), y = load(b[o[1]]);
         bool r = false;
         switch (op) {
@@ -101,8 +93,8 @@ __device__ void compare_impl(u8* out, const T* a, const T* b, i64 n, int op, con
             case CMP_gt: r = x > y; break;
             case CMP_ge: r = x >= y; break;
         }
-        out[i] = r ? 1 : 0;
-    }
+        return r ? 1 : 0;
+    }, [&](i64 i, const auto&, u8 v) { out[i] = v; });
 }
 #define COMPARE(T) \
     KERNEL(compare_##T, u8* out, const T* a, const T* b, i64 n, i32 op, Strided<2> l) { compare_impl<T>(out, a, b, n, op, l); }
@@ -111,11 +103,8 @@ FOR_ALL(COMPARE)
 // where moves bits: one kernel per element width. The condition is u8 (nonzero picks t).
 template <typename W>
 __device__ void where_impl(W* out, const u8* c, const W* t, const W* f, i64 n, const Strided<3>& l) {
-    GRID_LOOP(i, n) {
-        i64 o[3];
-        offsets(l, i, o);
-        out[i] = c[o[0]] ? t[o[1]] : f[o[2]];
-    }
+    each_element(n, l, [&](i64, const auto& o) { return c[o[0]] ? t[o[1]] : f[o[2]]; },
+                 [&](i64 i, const auto&, W v) { out[i] = v; });
 }
 #define WHERE(W, name) \
     KERNEL(where_##name, W* out, const u8* c, const W* t, const W* f, i64 n, Strided<3> l) { where_impl<W>(out, c, t, f, n, l); }
@@ -125,11 +114,8 @@ WHERE(u8, 8) WHERE(u16, 16) WHERE(u32, 32) WHERE(u64, 64)
 template <typename D, typename S>
 __device__ __forceinline__ void cast_to(void* out, const S* x, i64 n, const Strided<1>& lx) {
     D* o = (D*)out;
-    GRID_LOOP(i, n) {
-        i64 k[1];
-        offsets(lx, i, k);
-        o[i] = convert<D, S>(x[k[0]]);
-    }
+    each_element(n, lx, [&](i64, const auto& k) { return convert<D, S>(x[k[0]]); },
+                 [&](i64 i, const auto&, D v) { o[i] = v; });
 }
 template <typename S>
 __device__ void cast_impl(void* out, const S* x, i64 n, int dst, const Strided<1>& lx) {

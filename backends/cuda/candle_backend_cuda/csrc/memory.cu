@@ -6,11 +6,7 @@
 
 template <typename W>
 __device__ void copy_impl(W* dst, const W* src, i64 n, const Strided<2>& l) {
-    GRID_LOOP(i, n) {
-        i64 o[2];
-        offsets(l, i, o);
-        dst[o[0]] = src[o[1]];
-    }
+    each_element(n, l, [&](i64, const auto& o) { return src[o[1]]; }, [&](i64, const auto& o, W v) { dst[o[0]] = v; });
 }
 #define COPY(W, bits) \
     KERNEL(copy_##bits, W* dst, const W* src, i64 n, Strided<2> l) { copy_impl<W>(dst, src, n, l); }
@@ -19,11 +15,7 @@ COPY(u8, 8) COPY(u16, 16) COPY(u32, 32) COPY(u64, 64)
 template <typename W>
 __device__ void fill_impl(W* dst, u64 bits, i64 n, const Strided<1>& l) {
     const W value = (W)bits;
-    GRID_LOOP(i, n) {
-        i64 o[1];
-        offsets(l, i, o);
-        dst[o[0]] = value;
-    }
+    each_element(n, l, [&](i64, const auto&) { return value; }, [&](i64, const auto& o, W v) { dst[o[0]] = v; });
 }
 #define FILL(W, bits) \
     KERNEL(fill_##bits, W* dst, u64 value, i64 n, Strided<1> l) { fill_impl<W>(dst, value, n, l); }
