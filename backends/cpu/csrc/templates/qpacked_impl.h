@@ -26,10 +26,14 @@
 /* Software prefetch, a distance in bytes for each family of types (0: none). The groups lie end to end, one
  * sequential stream that the hardware prefetcher follows, but on Zen 4 one core streams 64 MiB of weights
  * faster with prefetcht1 16 KiB ahead of each tile where decode has the most work per byte:
- * - QP_PREFETCH_K, the super-block types (Q4_K, IQ4_XS) in decode, both builds: on AVX-512, 64 MiB of Q4_K from 0.86 to
+ * - QP_PREFETCH_K, the super-block types (Q4_K, IQ4_XS) in decode on AVX-512: 64 MiB of Q4_K from 0.86 to
  *   1.07 of a plain read's speed and of IQ4_XS from 0.87 to 1.04 (10th percentiles of 220 calls, 1 thread,
- *   thread time); on AVX2 Q4_K from 0.73-0.89 to 0.88-0.99 (IQ4_XS's AVX2 decode, iq4xs_row16, is bound by
- *   its arithmetic and lost at every distance);
+ *   thread time);
+ * - QP_PREFETCH_RUNS, the same types' AVX2 decode (q4k_row16, iq4xs_row16): each run's line as the run is read,
+ *   where a tile's 36 prefetches at its start (QP_PREFETCH_K's way) stall the loads behind them on Zen 1, whose
+ *   few miss buffers they fill (there Q4_K 7.1 -> 10.3 GB/s, IQ4_XS 5.7 -> 6.8, a plain read 11-13; the burst
+ *   had taken Zen 4's AVX2 Q4_K from 0.73-0.89 of a read to 0.88-0.99);
+ * - QP_PREFETCH_Q8, Q8_0's AVX2 decode: on Zen 1, 64 MiB from 7.0 to 14-15 GB/s (its arithmetic is light);
  * - QP_PREFETCH_32, the AVX2 build's only: Q4_0's tiles, and in decode Q4_1's: Q4_0 from 0.62-0.83 to 0.85-1.03
  *   in three quiet A/Bs, Q4_1 from 0.73-0.82 to 0.84-0.89. The AVX-512 kernels of the 32-value types lost
  *   at every distance (2-32 KiB), locality and grouping tried (Q4_0 10-25%, Q8_0 25-35%): an AVX-512 machine
@@ -41,9 +45,19 @@
 #ifndef QP_PREFETCH_32
 #define QP_PREFETCH_32 0
 #endif
+#ifndef QP_PREFETCH_Q8
+#define QP_PREFETCH_Q8 0
+#endif
+#ifndef QP_PREFETCH_RUNS
+#define QP_PREFETCH_RUNS 0
+#endif
 /* Each line of a tile, `ahead` bytes ahead (none when it is 0); a hint: never faults past the buffer. */
 QP_INLINE void prefetch_tile(const char *tile, int bytes, int ahead) {
     for (int o = 0; ahead && o < bytes; o += 64) __builtin_prefetch(tile + ahead + o, 0, 2);
+}
+/* One line `ahead` bytes ahead of p (none when it is 0). */
+QP_INLINE void prefetch_line(const char *p, int ahead) {
+    if (ahead) __builtin_prefetch(p + ahead, 0, 0);
 }
 /* QP_ACC16 (set by the AVX2 build): the layer adds vpmaddubsw's pair sums in 16 bits (qp_dp1_16), which
  * decode uses for the 4-bit types; QP_DECODE_ATTR: what the 4-bit types' decode kernels are compiled with. */
@@ -178,6 +192,7 @@ QP_INLINE void group32(int type, int mr, const char *g, int64_t nb, const char *
     for (int64_t b = 0; b < nb; b++) {
         const char *tile = g + b * t.tile;
         if (type == CD_Q4_0 && !dec) prefetch_tile(tile, t.tile, QP_PREFETCH_32);
+        if (type == CD_Q8_0 && mr == 1) prefetch_tile(tile, t.tile, QP_PREFETCH_Q8);
         qp_i acc[4][2];
         for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
         const char *db = dec ? dec + b * QP_DEC32 : NULL;
@@ -251,32 +266,30 @@ typedef struct {
     int32_t co[8][CD_QPACK_GROUP]; /* what the activations' sub-block sums are multiplied by */
 } qp_kscales;
 
-/* 16 unsigned bytes as lanes; pair16 (QP_ACC16's decode): in both 16-bit halves of each lane, for vpmaddwd. */
-QP_INLINE qp_i kscale_lanes(__m128i b, int pair16) {
-#if QP_ACC16
-    if (pair16) return qp_from_u8_pair16(b);
-#endif
-    (void)pair16;
-    return qp_from_u8(b);
+/* q4k's 6-bit scale and min of sub-block sb of 16 rows (a byte a row) from the 12 byte planes of their packed
+ * fields: sub-blocks 0-3 in the low 6 bits of planes sb and sb + 4; 4-7 their low 4 bits in plane sb + 4 (scale)
+ * and its high nibble (min), their high 2 bits in the top bits of planes sb - 4 (scale) and sb (min). */
+QP_INLINE void q4k_sub_scale(const char *planes, int sb, __m128i *sc, __m128i *mn) {
+    const __m128i m6 = _mm_set1_epi8(63), m4 = _mm_set1_epi8(15), top = _mm_set1_epi8(0x30);
+#define QP_PLANE(i) _mm_loadu_si128((const __m128i *)(const void *)(planes + 16 * (i)))
+    if (sb < 4) {
+        *sc = _mm_and_si128(QP_PLANE(sb), m6);
+        *mn = _mm_and_si128(QP_PLANE(sb + 4), m6);
+    } else {
+        const __m128i p = QP_PLANE(sb + 4);
+        *sc = _mm_or_si128(_mm_and_si128(p, m4), _mm_and_si128(_mm_srli_epi16(QP_PLANE(sb - 4), 2), top));
+        *mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(p, 4), m4), _mm_and_si128(_mm_srli_epi16(QP_PLANE(sb), 2), top));
+    }
+#undef QP_PLANE
 }
 
-/* q4k's 8 scales and 8 mins of 16 rows from the 12 byte planes of their packed 6-bit fields (pair16: each in
- * both 16-bit halves of its lane, for vpmaddwd). */
-QP_INLINE void q4k_scales(const char *planes, qp_kscales *out, int pair16) {
-    __m128i p[12];
-    for (int i = 0; i < 12; i++) p[i] = _mm_loadu_si128((const __m128i *)(planes + 16 * i));
-    const __m128i m6 = _mm_set1_epi8(63), m4 = _mm_set1_epi8(15), top = _mm_set1_epi8(0x30);
-    for (int j = 0; j < 8; j++) {
+/* q4k's 8 scales and 8 mins of 16 rows as lanes. */
+QP_INLINE void q4k_scales(const char *planes, qp_kscales *out) {
+    for (int sb = 0; sb < 8; sb++) {
         __m128i sc, mn;
-        if (j < 4) {
-            sc = _mm_and_si128(p[j], m6);
-            mn = _mm_and_si128(p[j + 4], m6);
-        } else { /* low 4 bits from byte j + 4, high 2 from the top bits of bytes j - 4 (scale) and j (min) */
-            sc = _mm_or_si128(_mm_and_si128(p[j + 4], m4), _mm_and_si128(_mm_srli_epi16(p[j - 4], 2), top));
-            mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(p[j + 4], 4), m4), _mm_and_si128(_mm_srli_epi16(p[j], 2), top));
-        }
-        qp_store_i(out->sc[j], kscale_lanes(sc, pair16));
-        qp_store_i(out->co[j], kscale_lanes(mn, pair16));
+        q4k_sub_scale(planes, sb, &sc, &mn);
+        qp_store_i(out->sc[sb], qp_from_u8(sc));
+        qp_store_i(out->co[sb], qp_from_u8(mn));
     }
 }
 
@@ -349,23 +362,48 @@ QP_INLINE void iq4xs_sub(int mr, const char *runs, const char *dec, qp_i table, 
 }
 
 #if QP_ACC16
-/* q4k's sub-blocks 2j and 2j + 1 for one row of activations a (pair16 scales): each sub-block's 8 pair sums of
- * a lane add in 16 bits (see block16), one vpmaddwd applies its 6-bit scale and one more its min times its two
- * 16-value activation sums, where the 32-bit path spends 4 vpmaddwd and a vpmulld on each. */
-QP_INLINE void q4k_pair16(const char *runs, const cd_block_q8_K *a, int j, const qp_kscales *ks, qp_i *tot,
-                          qp_i *cor) {
+/* q4k for one row of activations (decode): each sub-block's 8 pair sums of a lane add in 16 bits (see block16),
+ * one vpmaddwd applies its 6-bit scale, and one the mins of two sub-blocks times their activation sums, where
+ * the 32-bit path spends 4 vpmaddwd and a vpmulld on each sub-block. The scales are made in registers as each
+ * pair of sub-blocks needs them: a tile's stored to memory and read back cost Zen 1's one store port about a
+ * fifth of the kernel's time. The same integer sums as groupk's, so the same result. */
+QP_INLINE void q4k_row16(const char *g, int64_t nb, const char *act, float *y) {
     const qp_i low = qp_set1_8(0x0f);
-    qp_i lo = qp_zero(), hi = qp_zero();
-    for (int u = 0; u < 8; u++) { /* a run at a time, so that nothing spills */
-        const qp_i q = qp_load(runs + 64 * u);
-        const int8_t *y = a->qs + 64 * j + 4 * u;
-        lo = qp_dp1_16(lo, qp_and(q, low), qp_bcast4(y));
-        hi = qp_dp1_16(hi, qp_and(qp_srli4(q), low), qp_bcast4(y + 32));
+    qp_f sum = qp_zerof();
+    for (int64_t b = 0; b < nb; b++) {
+        const char *tile = g + b * 2304;
+        const cd_block_q8_K *a = (const cd_block_q8_K *)(const void *)act + b;
+        qp_i tot = qp_zero(), cor = qp_zero();
+        for (int j = 0; j < 4; j++) { /* sub-blocks 2j and 2j + 1: runs 8j..8j+7, their low and high nibbles */
+            const char *runs = tile + 256 + 512 * j;
+            prefetch_line(tile + 64 * j, QP_PREFETCH_RUNS); /* the tile's 4 lines of scales */
+            qp_i lo = qp_zero(), hi = qp_zero();
+            for (int u = 0; u < 8; u++) { /* a run at a time, so that nothing spills */
+                prefetch_line(runs + 64 * u, QP_PREFETCH_RUNS);
+                const qp_i q = qp_load(runs + 64 * u);
+                const int8_t *yy = a->qs + 64 * j + 4 * u;
+                lo = qp_dp1_16(lo, qp_and(q, low), qp_bcast4(yy));
+                hi = qp_dp1_16(hi, qp_and(qp_srli4(q), low), qp_bcast4(yy + 32));
+            }
+            __m128i sc0, sc1, unused;
+            q4k_sub_scale(tile + 64, 2 * j, &sc0, &unused);
+            q4k_sub_scale(tile + 64, 2 * j + 1, &sc1, &unused);
+            tot = qp_add32(tot, qp_madd16(lo, qp_pairs16(sc0, sc0)));
+            tot = qp_add32(tot, qp_madd16(hi, qp_pairs16(sc1, sc1)));
+        }
+        for (int j = 0; j < 4; j++) { /* after the runs, with registers to spare */
+            __m128i mn0, mn1, unused;
+            q4k_sub_scale(tile + 64, 2 * j, &unused, &mn0);
+            q4k_sub_scale(tile + 64, 2 * j + 1, &unused, &mn1);
+            /* the two sub-blocks' activation sums (32 values each, |sum| < 2^12) as one 32-bit lane */
+            const int16_t *s = a->bsums + 4 * j;
+            const uint32_t sums = (uint16_t)(s[0] + s[1]) | (uint32_t)(uint16_t)(s[2] + s[3]) << 16;
+            cor = qp_add32(cor, qp_madd16(qp_pairs16(mn0, mn1), qp_set1_32((int)sums)));
+        }
+        sum = qp_fma(qp_cvt(tot), qp_mul(qp_f16(tile), qp_set1f(a->d)), sum); /* groupk's epilogue */
+        sum = qp_fma(qp_cvt(cor), qp_mul(qp_f16(tile + 32), qp_set1f(-a->d)), sum);
     }
-    *tot = qp_add32(*tot, qp_madd16(lo, qp_load(ks->sc[2 * j])));
-    *tot = qp_add32(*tot, qp_madd16(hi, qp_load(ks->sc[2 * j + 1])));
-    for (int h = 0; h < 2; h++) /* the two int16 sums of sub-block 2j + h, as one 32-bit lane */
-        *cor = qp_add32(*cor, qp_madd16(qp_load(ks->co[2 * j + h]), qp_bcast4(&a->bsums[4 * j + 2 * h])));
+    qp_store(y, sum);
 }
 #endif
 
@@ -397,6 +435,8 @@ QP_INLINE void iq4xs_row16(const char *g, int64_t nb, const char *act, float *y)
         for (int sb = 0; sb < 8; sb++) /* sub-block sb: runs 4 sb..4 sb + 3, activations 32 sb.. */
             for (int w = 0; w < 4; w++) {
                 qp_i lo, hi;
+                if (sb < 2 && w == 0) prefetch_line(tile + 64 * sb, QP_PREFETCH_RUNS); /* the tile's 2 lines of scales */
+                prefetch_line(tile + QP_IQ4XS_QS + 64 * (4 * sb + w), QP_PREFETCH_RUNS);
                 iq4xs_levels(qp_load(tile + QP_IQ4XS_QS + 64 * (4 * sb + w)), table, &lo, &hi);
                 const qp_i ylo = qp_bcast4(a->qs + 32 * sb + 4 * w), yhi = qp_bcast4(a->qs + 32 * sb + 4 * w + 16);
                 tot = qp_add32(tot, qp_madd16(qp_dp1_signed16(lo, ylo, qp_abs8(ylo)), sc[sb]));
@@ -414,7 +454,6 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
                       int64_t ldy, const char *dec) {
     const int q4k = type == CD_Q4_K, tile_bytes = q4k ? 2304 : QP_IQ4XS_TILE, qs = q4k ? 256 : QP_IQ4XS_QS;
     const int sums = q4k || QP_VNNI; /* a term through the activations' sub-block sums */
-    const int k16 = QP_ACC16 && q4k && mr == 1;
     const qp_i table = q4k ? qp_zero() : qp_levels_table(cd_kvalues_iq4nl), low = qp_set1_8(0x0f);
     qp_f sum[4];
     for (int i = 0; i < mr; i++) sum[i] = qp_zerof();
@@ -424,7 +463,7 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
         const qp_kscales *ks = db ? (const qp_kscales *)(const void *)(db + QP_DECK_SCALES) : &own;
         if (mr == 1 && !db) prefetch_tile(tile, tile_bytes, QP_PREFETCH_K);
         if (q4k)
-            q4k_scales(tile + 64, &own, k16);
+            q4k_scales(tile + 64, &own);
         else if (!db)
             iq4xs_scales(tile, &own, sums);
         const cd_block_q8_K *a[4];
@@ -434,12 +473,6 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
             tot[i] = cor[i] = qp_zero();
         }
         for (int j = 0; j < 4; j++) {
-#if QP_ACC16
-            if (k16) {
-                q4k_pair16(tile + qs + 64 * 8 * j, a[0], j, ks, &tot[0], &cor[0]);
-                continue;
-            }
-#endif
             qp_i acc[4][2]; /* sub-blocks 2j and 2j + 1 */
             for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
             if (q4k)
@@ -491,12 +524,16 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
     for (int i = 0; i < mr; i++) qp_store(y + i * ldy, sum[i]);
 }
 
-/* y[r] for one row of activations at act (decode): with QP_ACC16 iq4_xs by iq4xs_row16, as row32 takes
+/* y[r] for one row of activations at act (decode): with QP_ACC16 by q4k_row16 and iq4xs_row16, as row32 takes
  * block16 for the 4-bit types. */
 QP_INLINE void rowk(int type, const char *g, int64_t nb, const char *act, float *y) {
 #if QP_ACC16
     if (type == CD_IQ4_XS) {
         iq4xs_row16(g, nb, act, y);
+        return;
+    }
+    if (type == CD_Q4_K) {
+        q4k_row16(g, nb, act, y);
         return;
     }
 #endif

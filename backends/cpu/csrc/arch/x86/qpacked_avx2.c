@@ -12,8 +12,9 @@ typedef struct { __m256i lo, hi; } qp_i;
 typedef struct { __m256 lo, hi; } qp_f;
 #define QP_VNNI 0
 #define QP_MR 2 /* 16 ymm registers */
-#define QP_PREFETCH_K 16384 /* see templates/qpacked_impl.h */
-#define QP_PREFETCH_32 16384
+#define QP_PREFETCH_32 16384 /* see templates/qpacked_impl.h */
+#define QP_PREFETCH_Q8 8192
+#define QP_PREFETCH_RUNS 4096
 #define QP_ACC16 1        /* qp_dp1_16 and qp_widen16 */
 /* The 4-bit types' decode kernels (one row of activations) scheduled by gcc before register allocation,
  * minding register pressure: otherwise they load all of a block's levels first and spill (9-25% slower on
@@ -106,15 +107,10 @@ static inline qp_i qp_dp1_16(qp_i acc, qp_i u, qp_i s) {
 static inline qp_i qp_madd16(qp_i a, qp_i b) { return (qp_i)QP_EACH2(_mm256_madd_epi16); }
 /* A qp_dp1_16 accumulator as int32 lanes. */
 static inline qp_i qp_widen16(qp_i acc) { return qp_madd16(acc, qp_set1_16(1)); }
-/* 16 unsigned bytes, lane r = byte r in both 16-bit halves (b | b << 16): one vpshufb a half. */
-#define QP_PAIR16(r) -128, r, -128, r
-static inline qp_i qp_from_u8_pair16(__m128i b) {
-    const __m256i v = _mm256_broadcastsi128_si256(b);
-    const __m256i lo = _mm256_set_epi8(QP_PAIR16(7), QP_PAIR16(6), QP_PAIR16(5), QP_PAIR16(4), QP_PAIR16(3),
-                                       QP_PAIR16(2), QP_PAIR16(1), QP_PAIR16(0));
-    const __m256i hi = _mm256_set_epi8(QP_PAIR16(15), QP_PAIR16(14), QP_PAIR16(13), QP_PAIR16(12), QP_PAIR16(11),
-                                       QP_PAIR16(10), QP_PAIR16(9), QP_PAIR16(8));
-    return (qp_i){_mm256_shuffle_epi8(v, lo), _mm256_shuffle_epi8(v, hi)};
+/* Two times 16 unsigned bytes as 16-bit pairs: lane r = a[r] | b[r] << 16 (vpmaddwd's operand; a = b puts a
+ * byte in both halves of its lane). */
+static inline qp_i qp_pairs16(__m128i a, __m128i b) {
+    return (qp_i){_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b)), _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, b))};
 }
 /* 16-bit lanes: shifts, and subtraction. */
 static inline qp_i qp_slli16(qp_i a, int n) { return (qp_i){_mm256_slli_epi16(a.lo, n), _mm256_slli_epi16(a.hi, n)}; }
