@@ -55,7 +55,7 @@
 QP_INLINE void prefetch_tile(const char *tile, int bytes, int ahead) {
     for (int o = 0; ahead && o < bytes; o += 64) __builtin_prefetch(tile + ahead + o, 0, 2);
 }
-/* One line `ahead` bytes ahead of p (none when it is 0). */
+/* One line `ahead` bytes ahead of p (none when it is 0), prefetchnta: on Zen 1 a little ahead of prefetcht1 here. */
 QP_INLINE void prefetch_line(const char *p, int ahead) {
     if (ahead) __builtin_prefetch(p + ahead, 0, 0);
 }
