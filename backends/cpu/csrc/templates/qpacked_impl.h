@@ -306,9 +306,20 @@ QP_INLINE void iq4xs_scales(const char *tile, qp_kscales *out, int co) {
     }
 }
 
-/* iq4_xs's tile: 2176 bytes, its quants (32 runs of 64 bytes) from byte 128. */
+/* The tiles' sizes and where their quants (32 runs of 64 bytes) start: q4k's after d, dmin and 12 planes of
+ * scales, iq4_xs's after d, scales_h and scales_l. */
+#define QP_Q4K_TILE 2304
+#define QP_Q4K_QS 256
 #define QP_IQ4XS_TILE 2176
 #define QP_IQ4XS_QS 128
+
+/* A super-block's integer sums added to a row's float sums: tot times the tile's d and, where cor is given (q4k's
+ * mins term), cor times its dmin, each times the activations' scale dy (negated for the mins). */
+QP_INLINE qp_f ksum(qp_f sum, const char *tile, float dy, qp_i tot, const qp_i *cor) {
+    sum = qp_fma(qp_cvt(tot), qp_mul(qp_f16(tile), qp_set1f(dy)), sum);
+    if (cor) sum = qp_fma(qp_cvt(*cor), qp_mul(qp_f16(tile + 32), qp_set1f(-dy)), sum);
+    return sum;
+}
 
 /* The levels of a run of iq4_xs quants q: its low nibbles' and its high nibbles' looked up in table. */
 QP_INLINE void iq4xs_levels(qp_i q, qp_i table, qp_i *lo, qp_i *hi) {
@@ -371,11 +382,11 @@ QP_INLINE void q4k_row16(const char *g, int64_t nb, const char *act, float *y) {
     const qp_i low = qp_set1_8(0x0f);
     qp_f sum = qp_zerof();
     for (int64_t b = 0; b < nb; b++) {
-        const char *tile = g + b * 2304;
+        const char *tile = g + b * QP_Q4K_TILE;
         const cd_block_q8_K *a = (const cd_block_q8_K *)(const void *)act + b;
         qp_i tot = qp_zero(), cor = qp_zero();
         for (int j = 0; j < 4; j++) { /* sub-blocks 2j and 2j + 1: runs 8j..8j+7, their low and high nibbles */
-            const char *runs = tile + 256 + 512 * j;
+            const char *runs = tile + QP_Q4K_QS + 512 * j;
             prefetch_line(tile + 64 * j, QP_PREFETCH_RUNS); /* the tile's 4 lines of scales */
             qp_i lo = qp_zero(), hi = qp_zero();
             for (int u = 0; u < 8; u++) { /* a run at a time, so that nothing spills */
@@ -400,8 +411,7 @@ QP_INLINE void q4k_row16(const char *g, int64_t nb, const char *act, float *y) {
             const uint32_t sums = (uint16_t)(s[0] + s[1]) | (uint32_t)(uint16_t)(s[2] + s[3]) << 16;
             cor = qp_add32(cor, qp_madd16(qp_pairs16(mn0, mn1), qp_set1_32((int)sums)));
         }
-        sum = qp_fma(qp_cvt(tot), qp_mul(qp_f16(tile), qp_set1f(a->d)), sum); /* groupk's epilogue */
-        sum = qp_fma(qp_cvt(cor), qp_mul(qp_f16(tile + 32), qp_set1f(-a->d)), sum);
+        sum = ksum(sum, tile, a->d, tot, &cor);
     }
     qp_store(y, sum);
 }
@@ -443,7 +453,7 @@ QP_INLINE void iq4xs_row16(const char *g, int64_t nb, const char *act, float *y)
                 tot = qp_add32(tot, qp_madd16(qp_dp1_signed16(hi, yhi, qp_abs8(yhi)), sc[sb]));
                 QP_BARRIER(tot);
             }
-        sum = qp_fma(qp_cvt(tot), qp_mul(qp_f16(tile), qp_set1f(a->d)), sum); /* groupk's epilogue */
+        sum = ksum(sum, tile, a->d, tot, NULL);
     }
     qp_store(y, sum);
 }
@@ -452,7 +462,8 @@ QP_INLINE void iq4xs_row16(const char *g, int64_t nb, const char *act, float *y)
 /* (dec: iq4_xs's levels and scales decoded by decodek, or NULL) */
 QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *act, int64_t act_row, float *y,
                       int64_t ldy, const char *dec) {
-    const int q4k = type == CD_Q4_K, tile_bytes = q4k ? 2304 : QP_IQ4XS_TILE, qs = q4k ? 256 : QP_IQ4XS_QS;
+    const int q4k = type == CD_Q4_K, tile_bytes = q4k ? QP_Q4K_TILE : QP_IQ4XS_TILE,
+              qs = q4k ? QP_Q4K_QS : QP_IQ4XS_QS;
     const int sums = q4k || QP_VNNI; /* a term through the activations' sub-block sums */
     const qp_i table = q4k ? qp_zero() : qp_levels_table(cd_kvalues_iq4nl), low = qp_set1_8(0x0f);
     qp_f sum[4];
@@ -509,17 +520,10 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
                                                            qp_set1_32(a[i]->bsums[2 * sb] + a[i]->bsums[2 * sb + 1])));
                 }
         }
-        const qp_f d = qp_f16(tile);
-        for (int i = 0; i < mr; i++) {
-            const qp_f dy = qp_set1f(a[i]->d);
-            if (q4k) {
-                sum[i] = qp_fma(qp_cvt(tot[i]), qp_mul(d, dy), sum[i]);
-                sum[i] = qp_fma(qp_cvt(cor[i]), qp_mul(qp_f16(tile + 32), qp_set1f(-a[i]->d)), sum[i]);
-            } else {
-                const qp_i t = sums ? qp_sub32(tot[i], qp_slli32(cor[i], 7)) : tot[i]; /* levels + 128 */
-                sum[i] = qp_fma(qp_cvt(t), qp_mul(d, dy), sum[i]);
-            }
-        }
+        for (int i = 0; i < mr; i++)
+            sum[i] = q4k ? ksum(sum[i], tile, a[i]->d, tot[i], &cor[i])
+                         : ksum(sum[i], tile, a[i]->d, sums ? qp_sub32(tot[i], qp_slli32(cor[i], 7)) : tot[i],
+                                NULL); /* iq4_xs: levels + 128 with VNNI */
     }
     for (int i = 0; i < mr; i++) qp_store(y + i * ldy, sum[i]);
 }
