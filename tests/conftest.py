@@ -1,14 +1,17 @@
 """Fixtures shared by the test folders."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
 
 # The kernel plugins' per-machine choices (`candle bench` writes them) are read from a scratch cache, so a
 # kernel plugin installed here serves its documented defaults: the tests do not depend on what a benchmark
-# measured on this machine.
+# measured on this machine. Removed when the session ends.
 os.environ["CANDLE_CACHE_DIR"] = tempfile.mkdtemp(prefix="candle-tests-cache-")
+atexit.register(shutil.rmtree, os.environ["CANDLE_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
