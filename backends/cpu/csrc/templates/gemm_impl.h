@@ -250,8 +250,14 @@ GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
  * matrix that stays in the L3 between calls pays ~15% for them instead (1x576
  * @ 576x1536: 0.85x with, 1.0x without), but a model's decode reads each
  * matrix from memory (the same product over 40 matrices in turn: 1.07x with,
- * 0.98x without). */
+ * 0.98x without). GEMV_HINT is the prefetch's locality hint (2: prefetcht1);
+ * the including file may set both (the AVX2 build does, for Zen 1). */
+#ifndef GEMV_AHEAD
 #define GEMV_AHEAD 1024
+#endif
+#ifndef GEMV_HINT
+#define GEMV_HINT 2
+#endif
 #define AXPY8_SUM(rr, j, LD)                                                                         \
     (w[0] * LD(rr[j]) + w[1] * LD(rr[ms + j]) + w[2] * LD(rr[2 * ms + j]) + w[3] * LD(rr[3 * ms + j]) + \
      w[4] * LD(rr[4 * ms + j]) + w[5] * LD(rr[5 * ms + j]) + w[6] * LD(rr[6 * ms + j]) +             \
@@ -274,7 +280,7 @@ GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
         int64_t jl = j0;                                                                             \
         for (; jl + LINE <= n; jl += LINE) {                                                         \
             if (jl + AHEAD < n)                                                                      \
-                for (int i = 0; i < 8; i++) __builtin_prefetch(r + i * ms + jl + AHEAD, 0, 2);       \
+                for (int i = 0; i < 8; i++) __builtin_prefetch(r + i * ms + jl + AHEAD, 0, GEMV_HINT);       \
             AXPY8_LINE(jl, LINE, LD)                                                                 \
         }                                                                                            \
         AXPY8(jl, n, LD)                                                                             \

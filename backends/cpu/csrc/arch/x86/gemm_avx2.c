@@ -139,6 +139,12 @@ static int64_t kc_from_l1(int64_t bytes_per_k) {
 /* A read in place when its K slice fits half of L2 (use_in_place): 512-square
  * products +2-4% on Zen 4, where A's packing was a twentieth of the time. */
 #define GEMM_A_SLICE_IN_PLACE 1
+/* GEMV's prefetches (templates/gemm_impl.h) a quarter as far ahead and non-temporal: on Zen 1 (2-vCPU EPYC,
+ * 1x4096 @ 4096x4096 f32 against NumPy's OpenBLAS in benchmarks/cpu_vs_numpy.py, two runs each) 1 thread
+ * 0.70-0.72x -> 0.79-0.85x, 2 threads 0.86-0.93x -> 1.03-1.05x; 2-4 KiB ahead lost (0.50-0.53x at 4 KiB),
+ * none 0.65-0.72x. */
+#define GEMV_AHEAD 256
+#define GEMV_HINT 0
 #define F32_MR 6
 #define F32_NR 16
 #define F32_KC kc_from_l1(F32_NR * sizeof(float))
