@@ -253,7 +253,7 @@ def _difference_device(device):
     passes per input element are cheap on cpu and slow on an emulated or
     remote device (the cuda emulation spent 74 s on one matmul case); the check
     loses nothing, since test_op holds each device's forward to the same
-    NumPy reference and the backward under test is still device's."""
+    NumPy reference and the backward under test is still the device's."""
     if device.type != "cpu":
         try:
             return get_device("cpu")

@@ -9,6 +9,8 @@ for ``candle_device``.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from candle_api.errors import UnsupportedDTypeError, UnsupportedOpError
@@ -45,8 +47,6 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     """A device that no installed plugin provides, or that cannot run here, is
     one usage error naming the devices there are, not a failure per test."""
-    import os
-
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # the cpu pool's threads spin 5 ms after each job for the next one: beside a second test process
         # that is the other core's time taken, for nothing the tests measure
