@@ -280,7 +280,8 @@ GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
         int64_t jl = j0;                                                                             \
         for (; jl + LINE <= n; jl += LINE) {                                                         \
             if (jl + AHEAD < n)                                                                      \
-                for (int i = 0; i < 8; i++) __builtin_prefetch(r + i * ms + jl + AHEAD, 0, GEMV_HINT);       \
+                for (int i = 0; i < 8; i++)                                                          \
+                    __builtin_prefetch(r + i * ms + jl + AHEAD, 0, GEMV_HINT);                       \
             AXPY8_LINE(jl, LINE, LD)                                                                 \
         }                                                                                            \
         AXPY8(jl, n, LD)                                                                             \

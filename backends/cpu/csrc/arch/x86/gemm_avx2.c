@@ -141,7 +141,7 @@ static int64_t kc_from_l1(int64_t bytes_per_k) {
 #define GEMM_A_SLICE_IN_PLACE 1
 /* GEMV's prefetches (templates/gemm_impl.h) a quarter as far ahead and non-temporal: on Zen 1 (2-vCPU EPYC,
  * 1x4096 @ 4096x4096 f32 against NumPy's OpenBLAS in benchmarks/cpu_vs_numpy.py, two runs each) 1 thread
- * 0.70-0.72x -> 0.79-0.85x, 2 threads 0.86-0.93x -> 1.03-1.05x; 2-4 KiB ahead lost (0.50-0.53x at 4 KiB),
+ * 0.70-0.72x -> 0.75-0.85x, 2 threads 0.86-0.93x -> 1.03-1.05x; 2-4 KiB ahead lost (0.50-0.53x at 4 KiB),
  * none 0.65-0.72x. */
 #define GEMV_AHEAD 256
 #define GEMV_HINT 0
