@@ -240,7 +240,8 @@ GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
  * Memory-bound, so the matrix is streamed once, without packing, threads
  * taking ranges of outputs (each output is computed the same way whatever
  * the split):
- * - axpy form, y = x @ M with M's rows contiguous: eight rows at a time;
+ * - axpy form, y = x @ M with M's rows contiguous: GEMV_ROWS rows at a time
+ *   (8; the AVX2 build sets its own);
  * - dot form, y[j] = x . M[:, j] with M's columns contiguous: four dot products
  *   at a time, so four streams are in flight.
  * The axpy form prefetches each row stream into L2 GEMV_AHEAD bytes ahead, one
@@ -258,33 +259,40 @@ GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
 #ifndef GEMV_HINT
 #define GEMV_HINT 2
 #endif
-#define AXPY8_SUM(rr, j, LD)                                                                         \
-    (w[0] * LD(rr[j]) + w[1] * LD(rr[ms + j]) + w[2] * LD(rr[2 * ms + j]) + w[3] * LD(rr[3 * ms + j]) + \
-     w[4] * LD(rr[4 * ms + j]) + w[5] * LD(rr[5 * ms + j]) + w[6] * LD(rr[6 * ms + j]) +             \
-     w[7] * LD(rr[7 * ms + j]))
-/* y[j0..j1) += the eight rows' terms, each element of r loaded through LD. */
-#define AXPY8(j0, j1, LD)                                                                            \
-    _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) y[j] += AXPY8_SUM(r, j, LD);
+#ifndef GEMV_ROWS
+#define GEMV_ROWS 8
+#endif
+/* y[j] += the GEMV_ROWS rows' terms at column j of rows r (ms apart), loaded through LD, summed in
+ * row order. */
+#define AXPY_AT(y, r, j, LD)                                                                         \
+    {                                                                                                \
+        __typeof__(w[0]) s_ = w[0] * LD((r)[j]);                                                     \
+        _Pragma("GCC unroll 16")                                                                     \
+        for (int i_ = 1; i_ < GEMV_ROWS; i_++) s_ += w[i_] * LD((r)[i_ * ms + (j)]);                 \
+        (y)[j] += s_;                                                                                \
+    }
+/* y[j0..j1) += the rows' terms. */
+#define AXPY_RANGE(j0, j1, LD) _Pragma("omp simd") for (int64_t j = j0; j < j1; j++) AXPY_AT(y, r, j, LD)
 /* The same over one cache line at j0, its length a constant. */
-#define AXPY8_LINE(j0, len, LD)                                                                      \
+#define AXPY_LINE(j0, len, LD)                                                                       \
     {                                                                                                \
         __typeof__(y) yl = y + (j0);                                                                 \
         __typeof__(r) rl = r + (j0);                                                                 \
-        _Pragma("omp simd") for (int v = 0; v < (len); v++) yl[v] += AXPY8_SUM(rl, v, LD);           \
+        _Pragma("omp simd") for (int v = 0; v < (len); v++) AXPY_AT(yl, rl, v, LD)                   \
     }
-/* AXPY8 over columns j0..n of rows of TE, a cache line at a time, with the
- * prefetches ahead (kept inside the rows). */
-#define AXPY8_STREAM(TE, LD, j0, n)                                                                  \
+/* AXPY_RANGE over columns j0..n of rows of TE, a cache line at a time, with
+ * the prefetches ahead (kept inside the rows). */
+#define AXPY_STREAM(TE, LD, j0, n)                                                                  \
     {                                                                                                \
         enum { LINE = 64 / sizeof(TE), AHEAD = GEMV_AHEAD / sizeof(TE) };                            \
         int64_t jl = j0;                                                                             \
         for (; jl + LINE <= n; jl += LINE) {                                                         \
             if (jl + AHEAD < n)                                                                      \
-                for (int i = 0; i < 8; i++)                                                          \
+                for (int i = 0; i < GEMV_ROWS; i++)                                                  \
                     __builtin_prefetch(r + i * ms + jl + AHEAD, 0, GEMV_HINT);                       \
-            AXPY8_LINE(jl, LINE, LD)                                                                 \
+            AXPY_LINE(jl, LINE, LD)                                                                  \
         }                                                                                            \
-        AXPY8(jl, n, LD)                                                                             \
+        AXPY_RANGE(jl, n, LD)                                                                        \
     }
 /* y = x @ M over k rows of n elements of TE, loaded through LD into TA (the
  * type of x's weights and of y). */
@@ -293,14 +301,14 @@ GEN_PACK(double, F64_MR, F64_NR, f64, double, LD_SAME)
                                  int64_t k, TA *y) {                                                 \
         for (int64_t j = 0; j < n; j++) y[j] = 0;                                                    \
         int64_t p = 0;                                                                               \
-        for (; p + 8 <= k; p += 8) { /* eight row streams in flight */                               \
+        for (; p + GEMV_ROWS <= k; p += GEMV_ROWS) { /* GEMV_ROWS row streams in flight */            \
             const TE *r = m + p * ms;                                                                \
-            TA w[8];                                                                                 \
-            for (int i = 0; i < 8; i++) w[i] = LD(x[(p + i) * xs]);                                  \
+            TA w[GEMV_ROWS];                                                                         \
+            for (int i = 0; i < GEMV_ROWS; i++) w[i] = LD(x[(p + i) * xs]);                          \
             /* a few leading columns, so the row loads of the rest are aligned */                    \
             const int64_t head = CD_MIN(n, (int64_t)((64 - (uintptr_t)r % 64) % 64 / sizeof(TE)));    \
-            AXPY8(0, head, LD)                                                                       \
-            AXPY8_STREAM(TE, LD, head, n)                                                            \
+            AXPY_RANGE(0, head, LD)                                                                  \
+            AXPY_STREAM(TE, LD, head, n)                                                             \
         }                                                                                            \
         for (; p < k; p++) {                                                                         \
             const TA xp = LD(x[p * xs]);                                                             \
@@ -357,7 +365,7 @@ typedef struct {
     int64_t ys;         /* output stride */
     int64_t parts;      /* output ranges, in multiples of 64 */
     int64_t kparts;     /* K slices (axpy form) */
-    int64_t slice;      /* rows per K slice, a multiple of 8 but in the last */
+    int64_t slice;      /* rows per K slice, a multiple of GEMV_ROWS but in the last */
     char *partial;      /* kparts rows of n partial sums, when kparts > 1 */
 } gemv_ctx;
 
@@ -438,7 +446,7 @@ static int try_gemv(int esz, int64_t m, int64_t n, int64_t k, const char *a, int
     /* Slicing depends on the size alone, not on the thread count, so the sums are the same on any. */
     if (!g.dot_form && g.n * k >= 2 << 16) {
         const int64_t slices = (k + GEMV_KSLICE - 1) / GEMV_KSLICE;
-        g.slice = ((k + slices - 1) / slices + 7) / 8 * 8;
+        g.slice = ((k + slices - 1) / slices + GEMV_ROWS - 1) / GEMV_ROWS * GEMV_ROWS;
         g.kparts = (k + g.slice - 1) / g.slice;
     }
     /* Output ranges (whose bounds change no result) make the tasks a multiple

@@ -139,11 +139,15 @@ static int64_t kc_from_l1(int64_t bytes_per_k) {
 /* A read in place when its K slice fits half of L2 (use_in_place): 512-square
  * products +2-4% on Zen 4, where A's packing was a twentieth of the time. */
 #define GEMM_A_SLICE_IN_PLACE 1
-/* GEMV's prefetches (templates/gemm_impl.h) a quarter as far ahead and non-temporal: on Zen 1 (2-vCPU EPYC,
- * 1x4096 @ 4096x4096 f32 against NumPy's OpenBLAS in benchmarks/cpu_vs_numpy.py, two runs each) 1 thread
- * 0.70-0.72x -> 0.75-0.85x, 2 threads 0.86-0.93x -> 1.03-1.05x; 2-4 KiB ahead lost (0.50-0.53x at 4 KiB),
- * none 0.65-0.72x. */
-#define GEMV_AHEAD 256
+/* GEMV's axpy form (templates/gemm_impl.h) streams four rows at a time, prefetched 128 bytes ahead,
+ * non-temporal. Rows a multiple of 4 KiB apart (4096 f32 columns) fall in one set of a 32 KiB 8-way L1
+ * (AVX2 machines': Zen 1-3, Intel's client cores), where eight rows leave no way for y's line. On Zen 1
+ * (2-vCPU EPYC, 1x4096 @ 4096x4096 f32, a fresh process per library, 9 interleaved runs) 1 thread: 8 rows
+ * 5.2 ms, 6 rows 4.2, 4 rows 3.8, NumPy's OpenBLAS 4.0; 2 threads 3.3, 2.9, 2.8, 3.3. In a C harness of
+ * the loop alone, 4 rows read 19 GB/s with the prefetch 128-256 bytes ahead, 16 at 1 KiB, and 17-18 with
+ * prefetcht0/t1 in place of nta. */
+#define GEMV_ROWS 4
+#define GEMV_AHEAD 128
 #define GEMV_HINT 0
 #define F32_MR 6
 #define F32_NR 16
