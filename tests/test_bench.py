@@ -138,3 +138,37 @@ def test_over_budget_estimates_from_the_smaller_case():
     assert _over_budget(seen, ("c", "gemm f32"), 2 * 2048**3, 10.0) == ""
     assert _over_budget(seen, ("c", "gemm f64"), 1.0, 10.0) == "a smaller case of its series was over budget"
     assert _over_budget(seen, ("d", "gemm f32"), 1.0, 10.0) == ""
+
+
+def test_a_column_slow_on_every_earlier_case_skips_without_a_call():
+    from candle_api.bench.runner import _slower_than_budget
+
+    # its best showing was 40x the first column's: a case whose first-column call took 50 ms would take 2 s
+    assert _slower_than_budget(40.0, 0.05, 1.0).startswith("about 2 s a call from its speed on the earlier cases")
+    assert _slower_than_budget(40.0, 0.02, 1.0) == ""
+    assert _slower_than_budget(None, 0.05, 1.0) == ""  # nothing seen of the column yet
+    assert _slower_than_budget(40.0, None, 1.0) == ""  # the first column did not run the case
+
+
+def test_run_case_learns_a_columns_best_ratio_and_skips_by_it(monkeypatch):
+    from types import SimpleNamespace
+
+    from candle_api.bench import runner
+
+    first = {"fast": {"a 1": 0.01, "b 1": 0.05}, "slow": {"a 1": 0.4, "b 1": 2.0}}  # slow: 40x fast
+    asked = []
+
+    def ask(col, msg):
+        if "setup" in msg:
+            asked.append((col.name, msg["setup"]))
+            return {"inner": 1, "first": first[col.name][msg["setup"]]}
+        return {"t": first[col.name][asked[-1][1]]} if "rep" in msg else {}
+
+    monkeypatch.setattr(runner, "_ask", ask)
+    cols = [runner.Column("fast", "candle"), runner.Column("slow", "candle")]
+    settings, seen = runner.Settings(reps=1, pause=0.0, budget=1.0, threads=1), {}
+    assert "median" in runner.run_case(SimpleNamespace(name="a 1", work=0), cols, settings, seen, lambda: None)["slow"]
+    assert seen[("slow", "ratio")] == 40.0
+    result = runner.run_case(SimpleNamespace(name="b 1", work=0), cols, settings, seen, lambda: None)
+    assert result["slow"]["skipped"].startswith("about 2 s a call from its speed on the earlier cases")
+    assert ("slow", "b 1") not in asked and "median" in result["fast"]

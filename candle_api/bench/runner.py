@@ -153,17 +153,34 @@ def _over_budget(seen: dict, key: tuple, work: float, budget: float) -> str:
         if estimate > budget else ""
 
 
+def _slower_than_budget(ratio: float | None, first: float | None, budget: float) -> str:
+    """Why a column skips a case it was never timed on ("" when it does not): its first call on the earlier
+    cases was at best ``ratio`` times the first column's, and the first column's call on this one took
+    ``first`` s. The best ratio, so a column is skipped only where even its fastest showing predicts a call
+    over budget (a software Vulkan adapter's conv2d: 48 s a call where the cpu's took 0.06 s)."""
+    if ratio is None or first is None or ratio * first <= budget:
+        return ""
+    return f"about {ratio * first:.0f} s a call from its speed on the earlier cases, over the budget of {budget:g} s"
+
+
 def run_case(case, columns: list[Column], settings: Settings, seen: dict, tick) -> dict:
     """{column: {"median", "spread", "reps"} or {"skipped"}} for one case. ``seen`` keeps, per (column,
     series), the last case's time and work, or "over" (a series: "gemm f32" of "gemm f32 1024", in growing
-    sizes)."""
+    sizes); and per (column, "ratio") the least ratio of its first call's time to the first column's."""
     result, active = {}, []
     series = case.name.rsplit(" ", 1)[0]
+    base = None  # the first column's first call on this case, in seconds
     for col in columns:
-        why = _over_budget(seen, (col.name, series), case.work, settings.budget)
+        why = _over_budget(seen, (col.name, series), case.work, settings.budget) or \
+            _slower_than_budget(seen.get((col.name, "ratio")), base, settings.budget)
         if not why:
             answer = _ask(col, {"setup": case.name, "budget": settings.budget, "target": settings.target})
             why = "" if "inner" in answer else answer.get("skipped", "?")
+            first = answer.get("first")
+            if col is columns[0]:
+                base = first
+            elif first and base:
+                seen[(col.name, "ratio")] = min(first / base, seen.get((col.name, "ratio"), float("inf")))
         if why:
             result[col.name] = {"skipped": why}
             if "budget" in why:

@@ -4,8 +4,9 @@ environment the runner gave it (threads, CANDLE_CPU_ISA, the plugins on or
 off), driven over stdin and stdout, one JSON object a line:
 
 - ``{"setup": case, "budget": s, "target": s}``: makes the inputs, runs the
-  case once, and answers ``{"inner": calls per repetition}``, or
-  ``{"skipped": why}`` (no such op in this framework, or one call over budget);
+  case once, and answers ``{"inner": calls per repetition, "first": seconds
+  that call took}``, or ``{"skipped": why}`` (no such op in this framework, or
+  one call over budget: with "first" too);
 - ``{"rep": true}``: one repetition, answered ``{"t": seconds per call}``;
 - ``{"drop": true}``: frees the case's inputs.
 
@@ -79,12 +80,12 @@ class Worker:
         first = time.perf_counter() - t0
         if first > budget:
             self.fn = None
-            return {"skipped": f"one call took {first:.1f} s, over the budget of {budget:g} s"}
+            return {"skipped": f"one call took {first:.1f} s, over the budget of {budget:g} s", "first": first}
         t0 = time.perf_counter()
         self._call()
         once = max(time.perf_counter() - t0, 1e-7)
         self.inner = max(1, min(int(target / once), 1 << 20))
-        return {"inner": self.inner}
+        return {"inner": self.inner, "first": first}
 
     def _call(self):
         self.fn()
