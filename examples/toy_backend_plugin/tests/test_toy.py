@@ -2,6 +2,7 @@
 tensors moving to it and back, ops that run as kernels, as decompositions or
 not at all; then the conformance suite run on it as a backend author would."""
 
+import importlib.util
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -112,8 +113,10 @@ def test_the_conformance_suite(tmp_path):
     backend author runs it: every case passes, or is skipped for a kernel or a
     dtype toy does not have; nothing fails."""
     report = tmp_path / "conformance.xml"
+    workers = ["-n", "2"] if importlib.util.find_spec("xdist") else []  # the test extra installs pytest-xdist
     subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "candle_api.testing.conformance", "--candle-device",
-                    "toy", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"], capture_output=True, cwd=tmp_path)
+                    "toy", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *workers], capture_output=True,
+                   cwd=tmp_path)
     outcomes = {"passed": [], "skipped": [], "failed": []}
     for case in ET.parse(report).iter("testcase"):
         bad = case.find("failure") if case.find("failure") is not None else case.find("error")
