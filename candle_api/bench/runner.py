@@ -160,7 +160,7 @@ def _slower_than_budget(ratio: float | None, first: float | None, budget: float)
     over budget (a software Vulkan adapter's conv2d: 48 s a call where the cpu's took 0.06 s)."""
     if ratio is None or first is None or ratio * first <= budget:
         return ""
-    return f"about {ratio * first:.0f} s a call from its speed on the earlier cases, over the budget of {budget:g} s"
+    return f"about {ratio * first:.2g} s a call from its speed on the earlier cases, over the budget of {budget:g} s"
 
 
 def run_case(case, columns: list[Column], settings: Settings, seen: dict, tick) -> dict:
