@@ -337,22 +337,30 @@ def tensor_items(tensors, path, refuse: tuple = ()) -> list:
 
 
 @contextlib.contextmanager
-def atomic_write(path):
-    """A file object whose contents replace ``path`` only once fully written:
-    a failed save leaves no partial file, and tensors still mapped from the
-    old file keep their data. The temporary file, ``.NAME.PID.RANDOM.tmp``
-    beside the target, names its writer, so that the next save of the same
-    path removes those a killed writer left behind."""
+def atomic_path(path):
+    """A temporary path beside ``path`` for the block to write, renamed over
+    ``path`` when the block ends without an error (removed when it fails): no
+    reader, in this process or another, sees a partial file, and tensors still
+    mapped from the old file keep their data. The temporary name,
+    ``.NAME.PID.RANDOM.tmp``, names its writer, so that the next write of the
+    same path removes those a killed writer left behind."""
     path = Path(path)
     _remove_stale_temporaries(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
     try:
-        with open(tmp, "xb") as f:
-            yield f
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def atomic_write(path):
+    """A new file object whose contents replace ``path`` only once fully
+    written and closed (see atomic_path): a failed save leaves no partial file."""
+    with atomic_path(path) as tmp, open(tmp, "xb") as f:
+        yield f
 
 
 def _remove_stale_temporaries(path: Path) -> None:
