@@ -42,7 +42,8 @@ from candle_api.io import TensorFile
 from candle_api.quantized import GGML_TYPE_IDS, GGML_TYPES, GgmlType, QTensor
 from candle_api.tensor import Tensor
 
-from ._common import MappedFile, atomic_write
+from ._common import MappedFile
+from .atomic import atomic_write
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3

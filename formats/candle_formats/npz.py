@@ -40,8 +40,9 @@ from candle_api.errors import FormatError
 from candle_api.hooks import FormatSpec, hookimpl
 from candle_api.io import TensorFile
 
-from ._common import (FileReader, MappedFile, atomic_write, brief, candle_dtype, check_shape,
+from ._common import (FileReader, MappedFile, brief, candle_dtype, check_shape,
                       check_zip_member, format_errors, tensor_items, to_candle, zip_directory, zip_member)
+from .atomic import atomic_write
 
 MAGIC = b"\x93NUMPY"
 #: The longest npy header read (numpy's own limit for headers it evaluates).

