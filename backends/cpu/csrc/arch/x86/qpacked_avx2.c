@@ -2,7 +2,8 @@
  * vector is two 256-bit halves (rows 0-7, 8-15), and a 4-byte dot product is
  * vpmaddubsw (pairs of byte products in 16 bits) then vpmaddwd; levels below
  * 16 add a whole block's (sub-block's) pair sums in 16 bits before the one
- * vpmaddwd, which also applies Q4_K's 6-bit scale (IQ4_XS's: to each run's pair sums). */
+ * vpmaddwd (below 32, two steps' of a block), which also applies Q4_K's 6-bit
+ * scale (IQ4_XS's: to each run's pair sums). */
 #include <immintrin.h>
 #include <string.h>
 
