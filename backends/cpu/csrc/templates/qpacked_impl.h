@@ -510,7 +510,21 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
         for (int j = 0; j < 4; j++) {
             qp_i acc[4][2]; /* sub-blocks 2j and 2j + 1 */
             for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = qp_zero();
-            if (q4k)
+            if (q4k) {
+#if QP_ACC16 /* a sub-block's 8 pair sums of a lane add in 16 bits (as q4k_row16's), then one vpmaddwd widens them */
+                for (int u = 0; u < 8; u++) {
+                    const qp_i q = qp_load(tile + qs + 64 * (8 * j + u)), lo = qp_and(q, low), hi = qp_and(qp_srli4(q), low);
+                    for (int i = 0; i < mr; i++) {
+                        const int8_t *ya = a[i]->qs + 64 * j + 4 * u;
+                        acc[i][0] = qp_dp1_16(acc[i][0], lo, qp_bcast4(ya));
+                        acc[i][1] = qp_dp1_16(acc[i][1], hi, qp_bcast4(ya + 32));
+                    }
+                }
+                for (int i = 0; i < mr; i++) {
+                    acc[i][0] = qp_widen16(acc[i][0]);
+                    acc[i][1] = qp_widen16(acc[i][1]);
+                }
+#else
                 for (int u = 0; u < 8; u += 2) {
                     qp_i lo[2], hi[2];
                     for (int v = 0; v < 2; v++) {
@@ -525,7 +539,8 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
                                            qp_bcast4(ya + 36 + 4 * u));
                     }
                 }
-            else {
+#endif
+            } else {
                 qp_i lo[4], hi[4];
                 iq4xs_sub(mr, tile + qs + 64 * 8 * j, db ? db + 128 * 8 * j : NULL, table, a, 64 * j, lo);
                 iq4xs_sub(mr, tile + qs + 64 * (8 * j + 4), db ? db + 128 * (8 * j + 4) : NULL, table, a, 64 * j + 32,
