@@ -513,7 +513,8 @@ QP_INLINE void groupk(int type, int mr, const char *g, int64_t nb, const char *a
             if (q4k) {
 #if QP_ACC16 /* a sub-block's 8 pair sums of a lane add in 16 bits (as q4k_row16's), then one vpmaddwd widens them */
                 for (int u = 0; u < 8; u++) {
-                    const qp_i q = qp_load(tile + qs + 64 * (8 * j + u)), lo = qp_and(q, low), hi = qp_and(qp_srli4(q), low);
+                    const qp_i q = qp_load(tile + qs + 64 * (8 * j + u));
+                    const qp_i lo = qp_and(q, low), hi = qp_and(qp_srli4(q), low);
                     for (int i = 0; i < mr; i++) {
                         const int8_t *ya = a[i]->qs + 64 * j + 4 * u;
                         acc[i][0] = qp_dp1_16(acc[i][0], lo, qp_bcast4(ya));
