@@ -285,6 +285,16 @@ static inline void QD_NAME(q6_levels)(const uint8_t *ql, __m256i qh, __m256i q[4
     }
 }
 
+#if !QD_VNNI
+/* Words 2k and 2k + 1 of sw (8 scales as 16-bit words, in both 128-bit lanes) broadcast over the low and the
+ * high lane: vpmaddwd's operand for the pair sums of a run of 32 values whose two halves have those scales. */
+static inline __m256i QD_NAME(q6_pair_scales)(__m256i sw, int k) {
+    const __m256i ctl = _mm256_set_m128i(_mm_set1_epi16((short)((4 * k + 3) << 8 | (4 * k + 2))),
+                                         _mm_set1_epi16((short)((4 * k + 1) << 8 | 4 * k)));
+    return _mm256_shuffle_epi8(sw, ctl);
+}
+#endif
+
 static float QD_NAME(dot_q6_K)(int64_t n, const void *vw, const void *va) {
     const cd_block_q6_K *w = vw;
     const cd_block_q8_K *a = va;
@@ -294,8 +304,8 @@ static float QD_NAME(dot_q6_K)(int64_t n, const void *vw, const void *va) {
         const int8_t *sc = w[i].scales;
         const float d = QD_NAME(h2f)(w[i].d) * a[i].d;
         /* The levels are q - 32 with q unsigned: take 32 times the activations' scaled sums off at the end. */
-        int offset = 0;
-        for (int g = 0; g < 16; g++) offset += sc[g] * a[i].bsums[g];
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)(const void *)sc);
+        const int offset = QD_NAME(hsum_i32)(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), QD_NAME(load)(a[i].bsums)));
         offsets += d * (float)offset;
         __m256i sum = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) { /* halves of 128 values */
@@ -303,11 +313,21 @@ static float QD_NAME(dot_q6_K)(int64_t n, const void *vw, const void *va) {
             const __m256i qh = QD_NAME(load)(w[i].qh + 32 * h);
             __m256i q[4];
             QD_NAME(q6_levels)(ql, qh, q);
+#if !QD_VNNI
+            const __m256i sw = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8));
+#endif
             for (int k = 0; k < 4; k++) {
                 /* 32 values with two scales: the first 16 (low 128-bit lane) and the next 16. */
-                const __m256i p = QD_NAME(dot_us)(q[k], QD_NAME(load)(a[i].qs + 128 * h + 32 * k));
+                const __m256i y = QD_NAME(load)(a[i].qs + 128 * h + 32 * k);
+#if QD_VNNI
                 const int s0 = sc[8 * h + 2 * k], s1 = sc[8 * h + 2 * k + 1];
+                const __m256i p = QD_NAME(dot_us)(q[k], y);
                 sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(p, _mm256_setr_epi32(s0, s0, s0, s0, s1, s1, s1, s1)));
+#else /* the vpmaddwd that widens vpmaddubsw's pair sums (|sum| <= 2 x 63 x 128) applies the scales, where
+         dot_us widens by ones and a vpmulld scales: the same integer sums */
+                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], y),
+                                                              QD_NAME(q6_pair_scales)(sw, k)));
+#endif
             }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum), acc);
