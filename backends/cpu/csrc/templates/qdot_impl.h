@@ -276,12 +276,15 @@ static float QD_NAME(dot_q5_K)(int64_t n, const void *w, const void *a) { return
 /* q6_K's unsigned 6-bit levels of 128 values: 4 runs of 32 from 64 bytes of low nibbles and 32 of
  * high bit pairs. */
 static inline void QD_NAME(q6_levels)(const uint8_t *ql, __m256i qh, __m256i q[4]) {
-    const __m256i low = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
+    const __m256i low = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi8(0x30);
     const __m256i l0 = QD_NAME(load)(ql), l1 = QD_NAME(load)(ql + 32);
     for (int k = 0; k < 4; k++) {
         const __m256i nib = _mm256_and_si256(k < 2 ? (k ? l1 : l0) : _mm256_srli_epi16(k == 2 ? l0 : l1, 4), low);
-        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), two);
-        q[k] = _mm256_or_si256(nib, _mm256_slli_epi16(high, 4));
+        /* bit pair k of each byte moved to bits 4-5 by one 16-bit shift: what crosses into the next byte
+           lands outside the mask */
+        const __m256i pair = k == 0 ? _mm256_slli_epi16(qh, 4) : k == 1 ? _mm256_slli_epi16(qh, 2)
+                             : k == 2 ? qh : _mm256_srli_epi16(qh, 2);
+        q[k] = _mm256_or_si256(nib, _mm256_and_si256(pair, top));
     }
 }
 
