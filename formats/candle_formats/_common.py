@@ -307,15 +307,44 @@ def candle_dtype(dtype: np.dtype, path, offset: int | None, name: str) -> np.dty
     return target
 
 
+def _span(arr: np.ndarray) -> np.ndarray | None:
+    """The run of memory a view with non-negative strides reads, as a 1-D array, when it
+    holds fewer elements than the view (a broadcast or overlapping view: PyTorch saves
+    ``expand``ed tensors with stride 0); else None."""
+    size = arr.itemsize
+    if not arr.size or any(s < 0 or s % size for s in arr.strides):
+        return None
+    n = sum((d - 1) * s for d, s in zip(arr.shape, arr.strides)) // size + 1
+    return np.lib.stride_tricks.as_strided(arr, (n,), (size,)) if n < arr.size else None
+
+
+def astype_view(arr: np.ndarray, dtype) -> np.ndarray:
+    """``arr.astype(dtype)``, except that a view reading fewer elements than it has
+    converts those and keeps its strides: a file's 3-byte storage expanded to 2**31
+    elements costs 3 elements, not 4 GiB (read-only, as a mapped view)."""
+    span = _span(arr)
+    if span is None:
+        return arr.astype(dtype)
+    dtype = np.dtype(dtype)
+    strides = tuple(s // arr.itemsize * dtype.itemsize for s in arr.strides)
+    return np.lib.stride_tricks.as_strided(span.astype(dtype), arr.shape, strides, writeable=False)
+
+
 def to_candle(arr: np.ndarray, path, offset: int | None, name: str):
     """A candle-api tensor of ``arr``'s values, sharing its memory when the
     dtype needs no conversion."""
     target = candle_dtype(arr.dtype, path, offset, name)
     if arr.dtype != target:
-        if arr.dtype.kind == "u" and target.kind == "i" and arr.size and arr.max() > np.iinfo(target).max:
-            raise FormatError(path, offset, f"{name!r}: value {arr.max()} does not fit in {target}, "
-                                            "the widest integer candle-api has")
-        arr = arr.astype(target)  # also makes big-endian data native
+        if arr.dtype.kind == "u" and target.kind == "i" and arr.size:
+            # each value once where the view repeats it (stride 0); where it overlaps otherwise, the
+            # memory it reads (which may hold values between its elements)
+            values = arr[tuple(0 if s == 0 else slice(None) for s in arr.strides)]
+            span = _span(values)
+            top = (values if span is None else span).max()
+            if top > np.iinfo(target).max:
+                raise FormatError(path, offset, f"{name!r}: value {top} does not fit in {target}, "
+                                                "the widest integer candle-api has")
+        arr = astype_view(arr, target)  # also makes big-endian data native
     return from_numpy(arr)
 
 

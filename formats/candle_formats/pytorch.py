@@ -62,8 +62,8 @@ from candle_api.hooks import FormatSpec, hookimpl
 from candle_api.io import TensorFile, open_regular
 from candle_api.layout import MAX_DIMS
 
-from ._common import (FileReader, MappedFile, candle_dtype, check_zip_member, format_errors, numpy_dtype,
-                      open_sharded_index, to_candle, zip_data_offset, zip_directory, zip_member)
+from ._common import (FileReader, MappedFile, astype_view, candle_dtype, check_zip_member, format_errors,
+                      numpy_dtype, open_sharded_index, to_candle, zip_data_offset, zip_directory, zip_member)
 from .pickle_vm import Function, PickleError, describe, scalar, unpickle
 from .pytorch_writer import save
 
@@ -435,7 +435,7 @@ class _Records:
         stored = np.dtype(f">u{itemsize}") if self.big_endian and itemsize > 1 else src
         arr = np.ndarray(t.shape, stored, self._bytes(t.storage.key, itemsize),
                          t.storage.byte_offset + t.offset * itemsize, tuple(s * itemsize for s in t.strides))
-        return arr.astype(f"<u{itemsize}").view(src) if stored is not src else arr  # byte-swapped copy
+        return astype_view(arr, f"<u{itemsize}").view(src) if stored is not src else arr  # byte-swapped copy
 
     def tensor(self, name: str, t: _Tensor):
         return to_candle(self.array(t), self.path, None, name)

@@ -300,10 +300,10 @@ def state_dict(*items: tuple[str, bytes]) -> bytes:
     return b"\x80\x02}" + b"".join(s(name) + value + b"s" for name, value in items) + b"."
 
 
-def zip_file(path: Path, pickle_bytes: bytes, records=None) -> Path:
+def zip_file(path: Path, pickle_bytes: bytes, records=None, byteorder="little") -> Path:
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("archive/data.pkl", pickle_bytes)
-        zf.writestr("archive/byteorder", "little")
+        zf.writestr("archive/byteorder", byteorder)
         for key, data in (records if records is not None else {"0": bytes(16)}).items():
             zf.writestr(f"archive/data/{key}", data)
     return path
@@ -380,6 +380,36 @@ def test_v3_rebuild_and_uint_widening(tmp_path):
                       tup(i(2)), tup(i(1)), b"\x89", call(glob("collections", "OrderedDict")), glob("torch", dtype))
         tf = pytorch.load(zip_file(tmp_path / f"{dtype}.pt", state_dict(("x", tensor)), {"0": data}))
         assert tf["x"].dtype == want and tf["x"].numpy().tolist() == values
+
+
+def test_expanded_views_convert_their_storage_not_their_elements(tmp_path):
+    """A few stored elements expanded (stride 0) to billions: the dtypes candle-api widens
+    (int8 -> i16, uint64 -> i64) and big-endian bytes convert the storage and keep the strides."""
+    char = pid(numel=3, storage=glob("torch", "CharStorage"))
+    main = state_dict(("w", rebuild(char, size=(1, 2, 2**31), stride=(0, 1, 0))))
+    arr = pytorch.load(zip_file(tmp_path / "c.pt", main, {"0": bytes([5, 251, 0])}))["w"].numpy()
+    assert arr.dtype == np.int16 and arr.shape == (1, 2, 2**31) and arr.strides == (0, 2, 0)
+    assert arr[0, :, :2].tolist() == [[5, 5], [-5, -5]] and not arr.flags.writeable
+    main = state_dict(("w", rebuild(pid(numel=2), size=(2**40, 2), stride=(0, 1))))
+    big = np.array([1.5, -2], ">f4").tobytes()
+    arr = pytorch.load(zip_file(tmp_path / "b.pt", main, {"0": big}, byteorder="big"))["w"].numpy()
+    assert arr.strides == (0, 4) and arr[2**40 - 1].tolist() == [1.5, -2]
+    untyped = glob("torch.storage", "UntypedStorage")
+    for values, size, stride, fits in [([3, 2**40], (2**47, 2), (0, 1), True),
+                                       ([3, 2**63], (2**47, 1), (0, 1), True),  # 2**63 is not read
+                                       ([3, 2**63], (2**47, 2), (0, 1), False),
+                                       ([7, 2**62, 1], (2, 2), (1, 1), True)]:  # overlapping rows
+        data = np.array(values, np.uint64).tobytes()
+        tensor = call(glob("torch._utils", "_rebuild_tensor_v3"), pid(numel=len(data), storage=untyped), i(0),
+                      tup(*map(i, size)), tup(*map(i, stride)), b"\x89", call(glob("collections", "OrderedDict")),
+                      glob("torch", "uint64"))
+        path = zip_file(tmp_path / "u.pt", state_dict(("x", tensor)), {"0": data})
+        if not fits:
+            with pytest.raises(FormatError, match="value 9223372036854775808 does not fit in int64"):
+                pytorch.load(path)["x"]
+            continue
+        arr = pytorch.load(path)["x"].numpy()
+        assert arr.dtype == np.int64 and arr.shape == size and arr[-1].tolist() == values[stride[0]:][:size[1]]
 
 
 @pytest.mark.parametrize("storage, dtype", [("ComplexFloatStorage", "complex64"), ("QInt8Storage", "qint8")])
