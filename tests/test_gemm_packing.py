@@ -14,7 +14,8 @@ SHAPES = [  # m, k, n
     (28, 256, 1000),  # few rows on every kernel, a partial last panel
     (20, 300, 100),
     (400, 300, 700),  # more rows than one block of A: shared panels, a partial last one
-    (512, 512, 512),  # shared panels on one thread, two K slices on AVX2
+    (512, 512, 512),  # shared panels on one thread, one K slice (AVX2's shared depth: 512)
+    (200, 1100, 300),  # shared panels, K past AVX2's shared depth: three slices
     (300, 520, 1100),  # B's rows a page or more apart: shared panels packed first
     (9, 1100, 40),  # K past the deepest slice, a partial panel
 ]

@@ -8,6 +8,8 @@
  *   DRIVER_KS              k steps per panel element (1, or 2 for pairs)
  *   DRIVER_MR, DRIVER_NR   the register tile
  *   DRIVER_KC              the deepest K slice (evaluated once, at run time)
+ *   DRIVER_KC_SHARED       (optional) the deepest K slice of products whose B panels
+ *                          are shared (rows past one MC block of DRIVER_KC's blocking)
  *   DRIVER_MICRO(...)      the microkernel over packed panels (micro_f32)
  *   DRIVER_ROWS(...)       the microkernel over rows of A read in place
  *   DRIVER_MICRO_PACKING(...), DRIVER_ROWS_PACKING(...)  the two for whole tiles
@@ -156,7 +158,15 @@ static int NAMED(compute_task_)(void *vctx, int64_t begin, int64_t end) {
 
 static pthread_once_t NAMED(blk_once_) = PTHREAD_ONCE_INIT;
 static blocking NAMED(blk_);
-static void NAMED(size_)(void) { NAMED(blk_) = size_blocks(sizeof(P), MR, NR, KC / KS); }
+#ifdef DRIVER_KC_SHARED
+static blocking NAMED(blk_shared_);
+#endif
+static void NAMED(size_)(void) {
+    NAMED(blk_) = size_blocks(sizeof(P), MR, NR, KC / KS);
+#ifdef DRIVER_KC_SHARED
+    NAMED(blk_shared_) = size_blocks(sizeof(P), MR, NR, DRIVER_KC_SHARED / KS);
+#endif
+}
 
 /* How the tasks share one block of C: the split (rows or columns) and the task counts. */
 static void NAMED(plan_)(NAMED(drv_) *d) {
@@ -188,6 +198,9 @@ static void NAMED(plan_)(NAMED(drv_) *d) {
 static int NAMED(blocked_)(NAMED(drv_) *d, int64_t n, int64_t k) {
     pthread_once(&NAMED(blk_once_), NAMED(size_));
     d->blk = NAMED(blk_);
+#ifdef DRIVER_KC_SHARED
+    if (d->m > d->blk.mc) d->blk = NAMED(blk_shared_); /* B's panels shared: see own_panels */
+#endif
     const int64_t NC = d->blk.nc, kc_max = k_slice(k, d->blk.kc * KS, 8);
     const int64_t nc_max = CD_MIN(NC, (n + NR - 1) / NR * NR);
     /* Rows that fit one MC block use each B panel once: packed by the task that uses it, it
@@ -230,6 +243,7 @@ static int NAMED(blocked_)(NAMED(drv_) *d, int64_t n, int64_t k) {
 #undef DRIVER_MR
 #undef DRIVER_NR
 #undef DRIVER_KC
+#undef DRIVER_KC_SHARED
 #undef DRIVER_MICRO
 #undef DRIVER_ROWS
 #undef DRIVER_MICRO_PACKING

@@ -6,6 +6,8 @@
  *   F32_MR, F32_NR        the f32 register tile, and micro_f32()
  *   F64_MR, F64_NR        the f64 register tile, and micro_f64()
  *   F32_KC, F64_KC        the deepest K slice (an expression, evaluated once)
+ *   F32_KC_SHARED         (optional) f32's deepest K slice where B's panels are shared
+ *                         (rows past one MC block of F32_KC's blocking)
  *   micro_f32_rows(), micro_f64_rows()  full-height tiles with A read in place
  *   GEMM_MICRO_PACKING    (optional) micro_T_packing() and micro_T_rows_packing():
  *                         whole tiles that copy B's panel from its rows as they
@@ -18,14 +20,16 @@
  *                         takes, each A panel then running along the chunk's
  *                         panels (C's rows); without it each B panel runs down
  *                         the A block's panels (C's columns)
+ *   GEMM_B_L3_SHARE       (optional, default 8) the part of L3 a block of B takes
  *
  * MC and NC are sized at run time from this CPU's caches (cd_cache_bytes):
  * an MC x KC block of A takes a sixth of L2 (GEMM_A_L2_SHARE), leaving room
  * for the B micro-panels streaming through it and for C; a KC x NC block of B takes an eighth
- * of L3. KC is the instruction set's: for AVX-512, a sweep on Zen 4 (1 MiB
+ * of L3 (GEMM_B_L3_SHARE). KC is the instruction set's: for AVX-512, a sweep on Zen 4 (1 MiB
  * L2) found the deepest that keeps these blocks in their caches fastest
  * (KC 1024, MC 42 for f32): fewer passes over C; AVX2's smaller tile keeps
- * its B micro-panel in L1d, whose size sets KC (gemm_avx2.c). K is cut into
+ * its B micro-panel in L1d where a task packs its own, whose size sets KC, and
+ * its A panel there where B's panels are shared (F32_KC_SHARED, gemm_avx2.c). K is cut into
  * slices of equal depth up to KC (k_slice).
  *
  * micro_T(kc, a_panel, b_panel, ldb, c, ldc, mr, nr, accumulate) computes an
@@ -483,9 +487,12 @@ typedef struct {
 #ifndef GEMM_A_SLICE_IN_PLACE
 #define GEMM_A_SLICE_IN_PLACE 0
 #endif
+#ifndef GEMM_B_L3_SHARE
+#define GEMM_B_L3_SHARE 8
+#endif
 static blocking size_blocks(int64_t esz, int64_t mr, int64_t nr, int64_t kc) {
     int64_t l2 = cd_cache_bytes(2), mc = l2 / GEMM_A_L2_SHARE / (kc * esz) / mr * mr;
-    int64_t nc = cd_cache_bytes(3) / 8 / (kc * esz) / nr * nr;
+    int64_t nc = cd_cache_bytes(3) / GEMM_B_L3_SHARE / (kc * esz) / nr * nr;
 #ifdef GEMM_B_L2_SHARE
     int64_t nb = CD_MAX(nr, l2 / GEMM_B_L2_SHARE / (kc * esz) / nr * nr);
 #else
@@ -586,6 +593,9 @@ static int split_rows_cheaper(int64_t m, int64_t mr, int64_t tasks, int64_t mpan
 #define DRIVER_MR F32_MR
 #define DRIVER_NR F32_NR
 #define DRIVER_KC F32_KC
+#ifdef F32_KC_SHARED
+#define DRIVER_KC_SHARED F32_KC_SHARED
+#endif
 #define DRIVER_MICRO micro_f32
 #define DRIVER_ROWS micro_f32_rows
 #include "templates/gemm_driver.h"

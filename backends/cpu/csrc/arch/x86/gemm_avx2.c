@@ -114,12 +114,15 @@ static void tpack_f32(const float *src, int64_t ld, int w, int64_t kc, int W, fl
     }
 }
 
-/* The deepest K slice whose B micro-panel (NR columns, bytes_per_k a row) fills
- * half of L1d (256 for a 32 KiB L1d): a panel packed by the task that uses it
- * (products of few rows) stays there while A's panels stream past from L2. A
- * shared packed B streams its panels from L2 past an A panel held in L1
- * (GEMM_B_L2_SHARE below). Deeper slices (384-1024) measured no faster with
- * the B panel held in L1 (Zen 4). */
+/* The deepest K slice whose micro-panel (bytes_per_k a row) fills half of L1d:
+ * - B's (NR columns: 256 for a 32 KiB L1d), where a task packs the B panels it
+ *   uses (products of few rows): each stays there while A's panels stream past
+ *   from L2. Deeper slices (384-1024) measured no faster with the B panel held
+ *   in L1 (Zen 4), and 1-3% slower at 8-128 rows on Zen 1.
+ * - A's (MR rows: 512), where B's panels are shared (F32_KC_SHARED): they stream
+ *   from L2 past an A panel held in L1 (GEMM_B_L2_SHARE below), and a deeper
+ *   slice halves the passes over C, whose rows come from memory. On Zen 1, 1
+ *   thread, square products 512-4096 +1-2% (with GEMM_B_L3_SHARE). */
 static int64_t kc_from_l1(int64_t bytes_per_k) {
     return CD_MAX(128, CD_MIN(512, cd_cache_bytes(1) / 2 / bytes_per_k / 8 * 8));
 }
@@ -136,6 +139,10 @@ static int64_t kc_from_l1(int64_t bytes_per_k) {
  * held there (on Zen 4, with C in cache: 116 against 110 GFLOP/s per core for
  * rows 8 KiB apart; 512-4096 square products +0-3%). */
 #define GEMM_B_L2_SHARE 3
+/* A block of B may take a quarter of L3, where AVX-512 keeps an eighth: at KC 512 that is 1024
+ * columns on an 8 MiB L3, so A's blocks are packed half as often (Zen 1, 1 thread: 2048-square
+ * +0.8% over KC 512 alone). */
+#define GEMM_B_L3_SHARE 4
 /* A read in place when its K slice fits half of L2 (use_in_place): 512-square
  * products +2-4% on Zen 4, where A's packing was a twentieth of the time. */
 #define GEMM_A_SLICE_IN_PLACE 1
@@ -152,6 +159,7 @@ static int64_t kc_from_l1(int64_t bytes_per_k) {
 #define F32_MR 6
 #define F32_NR 16
 #define F32_KC kc_from_l1(F32_NR * sizeof(float))
+#define F32_KC_SHARED kc_from_l1(F32_MR * sizeof(float))
 #define F64_MR 6
 #define F64_NR 8
 #define F64_KC kc_from_l1(F64_NR * sizeof(double))
