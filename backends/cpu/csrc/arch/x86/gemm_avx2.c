@@ -118,7 +118,7 @@ static void tpack_f32(const float *src, int64_t ld, int w, int64_t kc, int W, fl
  * - B's (NR columns: 256 for a 32 KiB L1d), where a task packs the B panels it
  *   uses (products of few rows): each stays there while A's panels stream past
  *   from L2. Deeper slices (384-1024) measured no faster with the B panel held
- *   in L1 (Zen 4), and 1-3% slower at 8-128 rows on Zen 1.
+ *   in L1 (Zen 4), and up to 3% slower at 8-128 rows on Zen 1.
  * - A's (MR rows: 512), where B's panels are shared (F32_KC_SHARED): they stream
  *   from L2 past an A panel held in L1 (GEMM_B_L2_SHARE below), and a deeper
  *   slice halves the passes over C, whose rows come from memory. On Zen 1, 1
