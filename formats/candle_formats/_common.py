@@ -31,6 +31,7 @@ import numpy as np
 from candle_api.dtype import ALL_DTYPES
 from candle_api.errors import DTypeError, FormatError
 from candle_api.io import TensorFile, open_regular
+from candle_api.layout import Layout
 from candle_api.layout import MAX_DIMS
 from candle_api.ops.creation import from_numpy
 from candle_api.tensor import Tensor
@@ -314,7 +315,7 @@ def _span(arr: np.ndarray) -> np.ndarray | None:
     size = arr.itemsize
     if not arr.size or any(s < 0 or s % size for s in arr.strides):
         return None
-    n = sum((d - 1) * s for d, s in zip(arr.shape, arr.strides)) // size + 1
+    _, n = Layout(arr.shape, tuple(s // size for s in arr.strides)).span()
     return np.lib.stride_tricks.as_strided(arr, (n,), (size,)) if n < arr.size else None
 
 

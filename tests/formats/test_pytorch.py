@@ -295,6 +295,13 @@ def rebuild(storage: bytes, size=(2, 2), stride=(2, 1), offset=0) -> bytes:
                 tup(*map(i, stride)), b"\x89", call(glob("collections", "OrderedDict")))
 
 
+def rebuild_v3(nbytes: int, dtype: str, size=(2,), stride=(1,)) -> bytes:
+    """torch 2's form: _rebuild_tensor_v3 of an UntypedStorage of nbytes, with a dtype."""
+    storage = pid(numel=nbytes, storage=glob("torch.storage", "UntypedStorage"))
+    return call(glob("torch._utils", "_rebuild_tensor_v3"), storage, i(0), tup(*map(i, size)), tup(*map(i, stride)),
+                b"\x89", call(glob("collections", "OrderedDict")), glob("torch", dtype))
+
+
 def state_dict(*items: tuple[str, bytes]) -> bytes:
     """A protocol-2 pickle of {name: value}."""
     return b"\x80\x02}" + b"".join(s(name) + value + b"s" for name, value in items) + b"."
@@ -372,12 +379,10 @@ def test_legacy_storage_views(tmp_path):
 
 def test_v3_rebuild_and_uint_widening(tmp_path):
     """torch 2 saves uint16 / uint32 as UntypedStorage bytes + _rebuild_tensor_v3 + a dtype."""
-    untyped = glob("torch.storage", "UntypedStorage")
     for dtype, values, want in [("uint16", [1, 65535], "u32"), ("uint32", [7, 2**32 - 1], "u32"),
                                 ("uint64", [3, 2**40], "i64")]:
         data = np.array(values, dtype).tobytes()
-        tensor = call(glob("torch._utils", "_rebuild_tensor_v3"), pid(numel=len(data), storage=untyped), i(0),
-                      tup(i(2)), tup(i(1)), b"\x89", call(glob("collections", "OrderedDict")), glob("torch", dtype))
+        tensor = rebuild_v3(len(data), dtype)
         tf = pytorch.load(zip_file(tmp_path / f"{dtype}.pt", state_dict(("x", tensor)), {"0": data}))
         assert tf["x"].dtype == want and tf["x"].numpy().tolist() == values
 
@@ -394,15 +399,12 @@ def test_expanded_views_convert_their_storage_not_their_elements(tmp_path):
     big = np.array([1.5, -2], ">f4").tobytes()
     arr = pytorch.load(zip_file(tmp_path / "b.pt", main, {"0": big}, byteorder="big"))["w"].numpy()
     assert arr.strides == (0, 4) and arr[2**40 - 1].tolist() == [1.5, -2]
-    untyped = glob("torch.storage", "UntypedStorage")
     for values, size, stride, fits in [([3, 2**40], (2**47, 2), (0, 1), True),
                                        ([3, 2**63], (2**47, 1), (0, 1), True),  # 2**63 is not read
                                        ([3, 2**63], (2**47, 2), (0, 1), False),
                                        ([7, 2**62, 1], (2, 2), (1, 1), True)]:  # overlapping rows
         data = np.array(values, np.uint64).tobytes()
-        tensor = call(glob("torch._utils", "_rebuild_tensor_v3"), pid(numel=len(data), storage=untyped), i(0),
-                      tup(*map(i, size)), tup(*map(i, stride)), b"\x89", call(glob("collections", "OrderedDict")),
-                      glob("torch", "uint64"))
+        tensor = rebuild_v3(len(data), "uint64", size, stride)
         path = zip_file(tmp_path / "u.pt", state_dict(("x", tensor)), {"0": data})
         if not fits:
             with pytest.raises(FormatError, match="value 9223372036854775808 does not fit in int64"):

@@ -199,7 +199,8 @@ static int NAMED(blocked_)(NAMED(drv_) *d, int64_t n, int64_t k) {
     pthread_once(&NAMED(blk_once_), NAMED(size_));
     d->blk = NAMED(blk_);
 #ifdef DRIVER_KC_SHARED
-    if (d->m > d->blk.mc) d->blk = NAMED(blk_shared_); /* B's panels shared: see own_panels */
+    /* rows past one block share B's panels (own_panels below stays 0: the deeper slice's blocks are shorter) */
+    if (d->m > d->blk.mc) d->blk = NAMED(blk_shared_);
 #endif
     const int64_t NC = d->blk.nc, kc_max = k_slice(k, d->blk.kc * KS, 8);
     const int64_t nc_max = CD_MIN(NC, (n + NR - 1) / NR * NR);
