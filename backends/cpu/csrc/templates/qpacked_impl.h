@@ -26,15 +26,15 @@
 /* Software prefetch, a distance in bytes for each family of types (0: none). The groups lie end to end, one
  * sequential stream that the hardware prefetcher follows, but on Zen 4 one core streams 64 MiB of weights
  * faster with prefetcht1 16 KiB ahead of each tile where decode has the most work per byte:
- * - QP_PREFETCH_K, the super-block types (Q4_K, IQ4_XS) in decode on AVX-512: 64 MiB of Q4_K from 0.86 to
+ * - QP_PREFETCH_K, the super-block types (Q4_K, IQ4_XS) in decode: on AVX-512, 64 MiB of Q4_K from 0.86 to
  *   1.07 of a plain read's speed and of IQ4_XS from 0.87 to 1.04 (10th percentiles of 220 calls, 1 thread,
- *   thread time);
- * - QP_PREFETCH_RUNS, the same types' AVX2 decode (q4k_row16, iq4xs_row16): each run's line as the run is read,
- *   where a tile's 36 prefetches at its start (QP_PREFETCH_K's way) stall the loads behind them on Zen 1, whose
- *   few miss buffers they fill (there Q4_K 7.1 -> 10.3 GB/s, IQ4_XS 5.7 -> 6.8, a plain read 11-13; the burst
- *   had taken Zen 4's AVX2 Q4_K from 0.73-0.89 of a read to 0.88-0.99);
- * - QP_PREFETCH_Q8, Q8_0's AVX2 decode: on Zen 1, 64 MiB from 7.0 to 14-15 GB/s (its arithmetic is light);
- * - QP_PREFETCH_32, the AVX2 build's only: Q4_0's tiles, and in decode Q4_1's: Q4_0 from 0.62-0.83 to 0.85-1.03
+ *   thread time); on AVX2 (Zen 4 forced to it), Q4_K from 0.55 to 0.83 of a read against QP_PREFETCH_RUNS;
+ * - QP_PREFETCH_RUNS, Zen 1's instead (arch/x86/qpacked_zen1_avx2.c): each run's line as the run is read,
+ *   where a tile's 36 prefetches at its start stall the loads behind them on Zen 1, whose few miss buffers
+ *   they fill (there Q4_K 7.1 -> 10.3 GB/s, IQ4_XS 5.7 -> 6.8, a plain read 11-13);
+ * - QP_PREFETCH_Q8, Q8_0's decode on Zen 1: 64 MiB from 7.0 to 14-15 GB/s (its arithmetic is light); on
+ *   Zen 4 it costs a quarter (0.95 of a read without, 0.72 with), AVX-512's borrowed kernel too;
+ * - QP_PREFETCH_32, the AVX2 builds' only: Q4_0's tiles, and in decode Q4_1's: Q4_0 from 0.62-0.83 to 0.85-1.03
  *   in three quiet A/Bs, Q4_1 from 0.73-0.82 to 0.84-0.89. The AVX-512 kernels of the 32-value types lost
  *   at every distance (2-32 KiB), locality and grouping tried (Q4_0 10-25%, Q8_0 25-35%): an AVX-512 machine
  *   decodes Q4_0 and Q4_1 with these AVX2 kernels instead (arch/x86/isa_x86.c).
@@ -429,6 +429,7 @@ QP_INLINE void q4k_row16(const char *g, int64_t nb, const char *act, float *y) {
         const char *tile = g + b * QP_Q4K_TILE;
         const cd_block_q8_K *a = (const cd_block_q8_K *)(const void *)act + b;
         qp_i tot = qp_zero(), cor = qp_zero();
+        prefetch_tile(tile, QP_Q4K_TILE, QP_PREFETCH_K);
         for (int j = 0; j < 4; j++) { /* sub-blocks 2j and 2j + 1: runs 8j..8j+7, their low and high nibbles */
             const char *runs = tile + QP_Q4K_QS + 512 * j;
             prefetch_line(tile + 64 * j, QP_PREFETCH_RUNS); /* the tile's 4 lines of scales */
@@ -480,6 +481,7 @@ QP_INLINE void iq4xs_row16(const char *g, int64_t nb, const char *act, float *y)
         const char *tile = g + b * QP_IQ4XS_TILE;
         const cd_block_q8_K *a = (const cd_block_q8_K *)(const void *)act + b;
         qp_i sc[8], tot = qp_zero();
+        prefetch_tile(tile, QP_IQ4XS_TILE, QP_PREFETCH_K);
         iq4xs_scales16(tile, sc);
         for (int sb = 0; sb < 8; sb++) /* sub-block sb: runs 4 sb..4 sb + 3, activations 32 sb.. */
             for (int w = 0; w < 4; w++) {

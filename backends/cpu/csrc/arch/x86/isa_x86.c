@@ -53,7 +53,10 @@ static void fill_avx2(cd_isa_ops *ops) {
     cd_panels_avx2(ops);
     cd_int8_avx2(ops);
     cd_qdot_avx2(ops);
-    cd_qpacked_avx2(ops);
+    if (__builtin_cpu_is("znver1"))
+        cd_qpacked_zen1_avx2(ops);
+    else
+        cd_qpacked_avx2(ops);
 }
 
 const cd_isa_set cd_arch_sets[] = {

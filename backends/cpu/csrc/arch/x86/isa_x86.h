@@ -15,6 +15,7 @@ void cd_qdot_avx2(cd_isa_ops *ops);
 void cd_qdot_avx512vnni(cd_isa_ops *ops);
 /* The packed-weight kernels (templates/qpacked_impl.h). */
 void cd_qpacked_avx2(cd_isa_ops *ops);
+void cd_qpacked_zen1_avx2(cd_isa_ops *ops); /* the same, with Zen 1's prefetch */
 void cd_qpacked_avx512vnni(cd_isa_ops *ops);
 /* The tiles of the products with packed weights (panels_<set>.c). */
 void cd_panels_avx2(cd_isa_ops *ops);

@@ -14,8 +14,10 @@ typedef struct { __m256 lo, hi; } qp_f;
 #define QP_VNNI 0
 #define QP_MR 2 /* 16 ymm registers */
 #define QP_PREFETCH_32 16384 /* see templates/qpacked_impl.h */
-#define QP_PREFETCH_Q8 8192
-#define QP_PREFETCH_RUNS 4096
+#ifndef QPACKED_FILL /* qpacked_zen1_avx2.c compiles this file again with Zen 1's prefetch */
+#define QP_PREFETCH_K 16384
+#define QPACKED_FILL cd_qpacked_avx2
+#endif
 #define QP_ACC16 1        /* qp_dp1_16 and qp_widen16 */
 /* The 4-bit types' decode kernels (one row of activations) scheduled by gcc before register allocation,
  * minding register pressure: otherwise they load all of a block's levels first and spill (9-25% slower on
@@ -25,7 +27,6 @@ typedef struct { __m256 lo, hi; } qp_f;
 #else
 #define QP_DECODE_ATTR __attribute__((noinline, optimize("schedule-insns", "sched-pressure")))
 #endif
-#define QPACKED_FILL cd_qpacked_avx2
 
 /* v in registers here: gcc does not move the sums of a chain of signed products past it, where it otherwise
  * computes all the products first and spills them (IQ4_XS's decode loop: 48 spill loads and stores in 315
