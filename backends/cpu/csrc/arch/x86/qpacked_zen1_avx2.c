@@ -1,7 +1,8 @@
 /* The AVX2 packed-weight kernels again, prefetching as Zen 1 streams them fastest (see the prefetch note in
- * templates/qpacked_impl.h): Zen 1 splits each 256-bit operation in two and has few miss buffers, so a
- * tile's burst of prefetches stalls the loads behind it, where Zen 3 and 4 gain by the burst. isa_x86.c
- * takes these on a Zen 1 (znver1), the others elsewhere; the arithmetic is the same, and so are the results. */
+ * templates/qpacked_impl.h): there a tile's burst of prefetches stalls the loads behind it, where Zen 4
+ * forced to AVX2 streams Q4_K faster with the burst and Q8_0 without any (other AVX2 cores take Zen 4's
+ * choice, unmeasured). isa_x86.c takes these on a Zen 1 (znver1); the arithmetic is the same, and so are
+ * the results. */
 #define QP_PREFETCH_RUNS 4096
 #define QP_PREFETCH_Q8 8192
 #define QPACKED_FILL cd_qpacked_zen1_avx2
