@@ -31,8 +31,7 @@ import numpy as np
 from candle_api.dtype import ALL_DTYPES
 from candle_api.errors import DTypeError, FormatError
 from candle_api.io import TensorFile, open_regular
-from candle_api.layout import Layout
-from candle_api.layout import MAX_DIMS
+from candle_api.layout import MAX_DIMS, Layout
 from candle_api.ops.creation import from_numpy
 from candle_api.tensor import Tensor
 

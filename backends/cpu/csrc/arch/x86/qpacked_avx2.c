@@ -13,8 +13,14 @@ typedef struct { __m256i lo, hi; } qp_i;
 typedef struct { __m256 lo, hi; } qp_f;
 #define QP_VNNI 0
 #define QP_MR 2 /* 16 ymm registers */
-#define QP_PREFETCH_32 16384 /* see templates/qpacked_impl.h */
-#ifndef QPACKED_FILL /* qpacked_zen1_avx2.c compiles this file again with Zen 1's prefetch */
+/* Prefetch (see templates/qpacked_impl.h): Zen 1's in the copy of these kernels that qpacked_zen1_avx2.c
+ * compiles, Zen 4's in this one (every other AVX2 core's, unmeasured there). */
+#define QP_PREFETCH_32 16384
+#ifdef QP_ZEN1
+#define QP_PREFETCH_RUNS 4096
+#define QP_PREFETCH_Q8 8192
+#define QPACKED_FILL cd_qpacked_zen1_avx2
+#else
 #define QP_PREFETCH_K 16384
 #define QPACKED_FILL cd_qpacked_avx2
 #endif
