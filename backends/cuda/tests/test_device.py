@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import candle_api as c
+from candle_api import functional as F
 from candle_api.errors import DeviceError, IndexOutOfRangeError
 from candle_api.quantized import QTensor
 
@@ -173,3 +174,46 @@ def test_quantized_matmul_decode_and_prefill(dev, rows, qtype):
     np.testing.assert_array_equal(on_gpu.dequantize().numpy(), qw.dequantize().numpy())  # bit-exact decoding
     got = on_gpu.matmul_t(c.Tensor(x, device=dev)).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def _attention_reference(q, k, v, mask, causal, scale):
+    s = q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64) * scale
+    keep = np.ones(s.shape, bool)
+    if mask is not None and mask.dtype == np.bool_:
+        keep &= mask
+    elif mask is not None:
+        s = s + mask
+    if causal:
+        keep &= np.tril(np.ones(s.shape[-2:], bool))
+    s = np.where(keep, s, -np.inf)
+    top = np.max(s, -1, keepdims=True)
+    p = np.where(keep, np.exp(s - np.where(np.isfinite(top), top, 0)), 0.0)
+    total = p.sum(-1, keepdims=True)
+    return (p / np.where(total > 0, total, 1)) @ v.astype(np.float64)
+
+
+# The tiled kernel (csrc/attention_tiled.cu) takes heads of up to 64 dims and 32 or more query rows: ragged
+# tiles of rows and keys, head dims under the kernel's width, masks of both kinds broadcast over heads,
+# a row with every key masked, causal rows, and a query that is a strided view.
+@pytest.mark.parametrize("e, ev, length, keys, mask, causal", [
+    (32, 32, 128, 128, None, False), (20, 48, 70, 45, "bool", False), (64, 40, 33, 100, "add", False),
+    (48, 64, 65, 65, None, True)])
+def test_tiled_attention_against_numpy(dev, e, ev, length, keys, mask, causal):
+    rng = np.random.default_rng(e + length)
+    q = rng.standard_normal((2, 3, length, e)).astype(np.float32)
+    k = rng.standard_normal((2, 3, keys, e)).astype(np.float32)
+    v = rng.standard_normal((2, 3, keys, ev)).astype(np.float32)
+    m = None
+    if mask == "bool":
+        m = rng.random((2, 1, length, keys)) < 0.7
+        m[0, 0, 5] = False  # a row with every key masked gives zeros
+    elif mask == "add":
+        m = np.where(rng.random((1, 3, length, keys)) < 0.2, -np.inf, rng.standard_normal((1, 3, length, keys)))
+        m = m.astype(np.float32)
+    want = _attention_reference(q, k, v, m, causal, 0.3)
+    wide = np.zeros((2, 3, length, 2 * e), np.float32)
+    wide[..., ::2] = q
+    args = [c.Tensor(wide, device=dev)[..., ::2], c.Tensor(k, device=dev), c.Tensor(v, device=dev)]
+    tm = None if m is None else c.Tensor(m, device=dev)
+    got = F.scaled_dot_product_attention(*args, attn_mask=tm, is_causal=causal, scale=0.3).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -11,6 +11,11 @@ from .memory import contiguous
 
 #: Query rows (warps) per block of the attention kernel.
 ATTENTION_WARPS = 4
+#: The tiled attention kernel (csrc/attention_tiled.cu): query rows (threads) per block, its dtypes. It
+#: takes heads of at most 64 dims and batch entries of at least half a block of query rows (a decode
+#: step's single row keeps a warp per row).
+TILED_ROWS = 64
+TILED_DTYPES = ("bf16", "f16", "f32")
 
 
 def _rows(dev, x, lx: Layout, dtype):
@@ -101,14 +106,20 @@ def sdpa(dtype):
             q, k, v = (contiguous(s_, l_, dtype) for s_, l_ in ((q, lq), (k, lk), (v, lv)))
             lq, lk, lv = Layout.contig(lq.shape), Layout.contig(lk.shape), Layout.contig(lv.shape)
             return kernel(out, q, lq, k, lk, v, lv, mask, lm, mask_dtype, causal, scale)
-        rows = numel(batch) * length
-        warps_needed = -(-rows // ATTENTION_WARPS)
         row_strides = (lq.strides[-2], lq.strides[-1], lk.strides[-2], lk.strides[-1], lv.strides[-2],
                        lv.strides[-1], mst[-2], mst[-1])
+        operands = (out.ptr, address(q, lq, isz), address(k, lk, isz), address(v, lv, isz), m_ptr)
+        tail = (length, s, e, ev, mask_kind, int(causal), float(scale), *row_strides, *strided(bshape, *bst))
+        n_batch = numel(batch)
+        if dtype.name in TILED_DTYPES and max(e, ev) <= 64 and length >= TILED_ROWS // 2:
+            blocks = n_batch * -(-length // TILED_ROWS)
+            width = 32 if max(e, ev) <= 32 else 64
+            dev.function("attention_tiled", f"attention_tiled{width}_{dtype}").launch(
+                max(1, min(blocks, 64 * dev.gpu.sms)), TILED_ROWS, *operands, n_batch, *tail)
+            return
+        warps_needed = -(-(n_batch * length) // ATTENTION_WARPS)
         dev.function("attention", f"attention_{dtype}").launch(
-            max(1, min(warps_needed, 64 * dev.gpu.sms)), 32 * ATTENTION_WARPS, out.ptr, address(q, lq, isz),
-            address(k, lk, isz), address(v, lv, isz), m_ptr, rows, length, s, e, ev, mask_kind, int(causal),
-            float(scale), *row_strides, *strided(bshape, *bst))
+            max(1, min(warps_needed, 64 * dev.gpu.sms)), 32 * ATTENTION_WARPS, *operands, n_batch * length, *tail)
 
     return kernel
 

@@ -21,6 +21,7 @@ SIGNATURES = {
     "image": {"conv2d": "pppq[26]", "conv_transpose2d": "pppq[26]", "pool2d": "ppiq[19]", "upsample2d": "ppiq[10]"},
     "fused": {"softmax": "ppqqqi1", "norm": "ppppqqqdi1", "rope": "ppppqqqqqqqqii"},
     "attention": {"attention": "pppppqqqqqiidq[8]4"},
+    "attention_tiled": {"attention_tiled32": "pppppqqqqqiidq[8]4", "attention_tiled64": "pppppqqqqqiidq[8]4"},
     "quantized": {"dequantize": "ppqiii", "qmatmul": "pppqqqiii", "qembedding": "pppqqiii"},
 }
 
