@@ -25,8 +25,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CSRC = HERE.parent / "candle_backend_cuda" / "csrc"
+# -Wno-unknown-pragmas: the kernels' #pragma unroll is nvcc's
 FLAGS = ["-std=c++17", "-fPIC", "-O2", "-DCANDLE_EMU", "-fvisibility=hidden", "-fno-strict-aliasing",
-         "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-unused-function", "-Wno-unused-variable"]
+         "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-unused-function", "-Wno-unused-variable",
+         "-Wno-unknown-pragmas"]
 
 
 def cuda_include() -> Path:
