@@ -8,10 +8,15 @@
 #      machine has a Vulkan loader (WHEELS must then hold the wgpu wheel: see below);
 #   4. benchmarks/cuda_vs_torch.py (element-wise, softmax, layer_norm, GEMM, SDPA, decode GEMVs);
 #   5. benchmarks/cuda_models.py (MiniLM-shaped embeddings, SmolLM2-shaped decode, against transformers);
-#   6. benchmarks/wgpu_vs_cpu.py --large through Vulkan (GEMM and bandwidth figures naming the GPU).
-# Each step has a time limit and the whole run ends within DEADLINE seconds (default 510; it took
-# 328 s on an H200, install included), so that it fits one device command. Logs go to $OUT (or
-# ./gpu-check-out), one per step: at most 8 files.
+#   6. the models on the GPU: tools/gguf_check.py (candle generate --device cuda on GGUF weights kept
+#      quantized, against the cpu) and examples/train_fashion_mnist.py --device cuda (the MLP, and the CNN
+#      on a part of the data), when the Fashion-MNIST files are in DATA (default .data/fashion-mnist:
+#      Debian's dataset-fashion-mnist, /usr/share/datasets/fashion-mnist, copied there and carried);
+#   7. tools/profile_models.py (where the model rows' time goes: each kernel's GPU time, the host's);
+#   8. benchmarks/wgpu_vs_cpu.py --large through Vulkan (GEMM and bandwidth figures naming the GPU).
+# Each step has a time limit and the whole run ends within DEADLINE seconds (default 540), so that it
+# fits one device command. Logs go to $OUT (or ./gpu-check-out), one per step: the machine's
+# description is printed, not logged, as the device tool brings back at most 8 files.
 #
 # Packages the machine lacks travel as wheels in WHEELS (default .whl): wgpu==0.32.0 for the wgpu steps,
 # cffi and pycparser for wgpu_vs_cpu.py's wgpu-py figure. A machine without a Vulkan loader can be given
@@ -25,7 +30,8 @@ mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
 WHEELS="${WHEELS:-.whl}"
 export PYTHONUNBUFFERED=1 CANDLE_CUDA_ARCHS="${CANDLE_CUDA_ARCHS:-90}" CANDLE_WERROR=1
-DEADLINE="${DEADLINE:-510}"
+DATA="${DATA:-.data/fashion-mnist}"
+DEADLINE="${DEADLINE:-540}"
 status=0
 
 step() {  # step NAME LIMIT_S COMMAND...: runs a step under a time limit, logging to $OUT/NAME.log
@@ -48,13 +54,10 @@ step() {  # step NAME LIMIT_S COMMAND...: runs a step under a time limit, loggin
     return 0
 }
 
-{
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-    "$PY" -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, torch.cuda.get_device_name(0))"
-    command -v nvcc && nvcc --version | tail -n 1
-    [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && echo "Vulkan driver: NVIDIA's ICD"
-} > "$OUT/machine.log" 2>&1
-cat "$OUT/machine.log"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+"$PY" -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, torch.cuda.get_device_name(0))"
+command -v nvcc && nvcc --version | tail -n 1
+[ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && echo "Vulkan driver: NVIDIA's ICD"
 [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] &&
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 vulkan=0
@@ -74,6 +77,11 @@ step cuda-conformance 220 "$PY" -m pytest -q -p no:cacheprovider -n 8 --tb=short
     --candle-strict backends/metal/tests --pyargs candle_api.testing.conformance --candle-device vulkan
 step bench-cuda 150 "$PY" benchmarks/cuda_vs_torch.py
 step bench-models 120 "$PY" benchmarks/cuda_models.py --reps 3
+step gguf-generate 60 "$PY" backends/cuda/tools/gguf_check.py
+train=("$PY" examples/train_fashion_mnist.py --device cuda --data "$DATA" --out "/tmp/fashion_{model}.safetensors")
+[ -f "$DATA/train-images-idx3-ubyte.gz" ] && step fashion-mnist 150 \
+    bash -c '"$@" --model mlp --epochs 2 && "$@" --model cnn --epochs 1 --limit 20000' _ "${train[@]}"
+step profile 90 "$PY" backends/cuda/tools/profile_models.py
 [ "$vulkan" = 1 ] && step bench-wgpu 90 "$PY" benchmarks/wgpu_vs_cpu.py --large --device vulkan:0
 echo "== done in ${SECONDS} s, status $status (logs in $OUT)"
 exit $status
