@@ -32,6 +32,12 @@
     EMU_REGISTER(name)                               \
     extern "C" __global__ void name(__VA_ARGS__)
 
+// KERNEL for launches of at most `threads` threads a block, which lets ptxas use more registers.
+#define KERNEL_BOUNDED(threads, name, ...)                                   \
+    extern "C" __global__ void __launch_bounds__(threads) name(__VA_ARGS__); \
+    EMU_REGISTER(name)                                                       \
+    extern "C" __global__ void __launch_bounds__(threads) name(__VA_ARGS__)
+
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;

@@ -19,7 +19,8 @@ SIGNATURES = {
     "matmul": {"matmul": "pppqqqqqqqq2"},
     "index": {"ids_check": "ppiqqp1", "select": "pppqqi1", "scatter": "pppqqqqqi3"},
     "image": {"conv2d": "pppq[26]", "conv_transpose2d": "pppq[26]", "pool2d": "ppiq[19]", "upsample2d": "ppiq[10]"},
-    "fused": {"softmax": "ppqqqi1", "norm": "ppppqqqdi1", "rope": "ppppqqqqqqqqii"},
+    "fused": {"softmax": "ppqqqi1", "softmax_warp": "ppqqqi1", "softmax_block": "ppqqqi1", "norm": "ppppqqqdi1",
+              "norm_warp": "ppppqqqdi1", "norm_block": "ppppqqqdi1", "rope": "ppppqqqqqqqqii"},
     "attention": {"attention": "pppppqqqqqiidq[8]4"},
     "quantized": {"dequantize": "ppqiii", "qmatmul": "pppqqqiii", "qembedding": "pppqqiii"},
 }
