@@ -4,11 +4,11 @@
 // Outputs are contiguous. f16 and bf16 compute in f32; the statistics are
 // reductions in a fixed order.
 //
-// Three variants of softmax and norm, the host choosing by the row's length
-// d (kernels/fused.py): a warp per row (d <= 32 * ROW_CACHE, several rows a
-// block) and a block per row (d <= 1024 * ROW_CACHE) both read the row once
-// into registers, reduce, and write it once; longer rows take a block per
-// row that reads the row from memory on each pass.
+// Three variants of softmax and norm, the host choosing (kernels/fused.py):
+// for contiguous, 16-byte aligned rows, a warp per row (d <= 32 * ROW_CACHE,
+// several rows a block) or a block per row (d <= ROW_BLOCK * ROW_CACHE) read
+// the row once into registers, reduce, and write it once; other rows take a
+// block per row that reads the row from memory on each pass.
 #include "scalar.cuh"
 
 // ---- rows cached in registers ------------------------------------------------------------------
@@ -154,7 +154,7 @@ __device__ void norm_cached(T* out, const T* x, const T* w, const T* b, i64 n_ro
     }
 FOR_FLOATS(CACHED)
 
-// ---- long rows: a block per row, each pass reading the row from memory ------------------------------
+// ---- the fallback (long, strided or unaligned rows): a block per row, each pass reading the row ----
 // mode 0: softmax, 1: log_softmax
 template <typename T>
 __device__ void softmax_impl(T* out, const T* x, i64 n_rows, i64 d, i64 step, int mode, const Strided<1>& rows) {
