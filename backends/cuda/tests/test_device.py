@@ -2,7 +2,9 @@
 statistics and the cache, running out of memory, errors found on the
 device raised at the op, launch errors naming the kernel, DLPack both
 ways, several GPUs, NVRTC for a GPU the fatbins lack, layouts with more
-dims than a launch takes, threads, and quantized matmul on both its paths.
+dims than a launch takes, threads, quantized matmul on both its paths, and
+the element-wise and row kernels' paths on either side of their conditions
+(16-byte alignment, row lengths).
 
 Runs on a GPU, or on the CPU emulation (CANDLE_CUDA_DRIVER=libcuda_emu.so,
 emu/); the tests of what only the emulation can set up (its memory size,
@@ -217,3 +219,109 @@ def test_tiled_attention_against_numpy(dev, e, ev, length, keys, mask, causal):
     tm = None if m is None else c.Tensor(m, device=dev)
     got = F.scaled_dot_product_attention(*args, attn_mask=tm, is_causal=causal, scale=0.3).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The names of the kernels launched while the test runs."""
+    from candle_backend_cuda.launch import Function
+
+    names, launch = [], Function.launch
+
+    def spy(self, *args, **kwargs):
+        names.append(self.name)
+        return launch(self, *args, **kwargs)
+
+    monkeypatch.setattr(Function, "launch", spy)
+    return names
+
+
+@pytest.mark.parametrize("start", [0, 1, 4])  # 0 and 4: 16-byte aligned f32 (packs); 1: the element loop
+@pytest.mark.parametrize("n", [1, 7, 1003])  # a tail past the last pack
+def test_elementwise_packed_and_unaligned(dev, start, n):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal(n + 8).astype(np.float32)
+    b = rng.standard_normal(n + 8).astype(np.float32)
+    x, y = c.Tensor(a, device=dev)[start:start + n], c.Tensor(b, device=dev)[start:start + n]
+    a, b = a[start:start + n], b[start:start + n]
+    np.testing.assert_allclose(x.exp().numpy(), np.exp(a), rtol=1e-6)
+    np.testing.assert_allclose((x + y).numpy(), a + b, rtol=1e-6)
+    np.testing.assert_allclose(x.affine(2.0, 1.0).numpy(), a * 2 + 1, rtol=1e-6)
+    np.testing.assert_array_equal((x < y).numpy(), a < b)
+    np.testing.assert_array_equal((x < y).where_cond(x, y).numpy(), np.where(a < b, a, b))
+    np.testing.assert_array_equal(x.to_dtype("f64").numpy(), a.astype(np.float64))  # widest operand 8 bytes
+    np.testing.assert_array_equal(x.to_dtype("f16").to_dtype("f32").numpy(), a.astype(np.float16))
+    ints = c.Tensor(np.arange(n + 8, dtype=np.int64), device=dev)[start:start + n]
+    np.testing.assert_array_equal((ints + ints).numpy(), 2 * np.arange(start, start + n))
+    small = c.Tensor(np.arange(n + 8, dtype=np.uint8), device=dev)[start:start + n]
+    np.testing.assert_array_equal((small + small).numpy(), (2 * np.arange(start, start + n)).astype(np.uint8))
+    np.testing.assert_array_equal(x.contiguous().numpy(), a)
+
+
+def _rows_want(op, a, w, bias):
+    a = a.astype(np.float64)
+    if op == "softmax":
+        e = np.exp(a - a.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    if op == "log_softmax":
+        m = a.max(-1, keepdims=True)
+        return a - m - np.log(np.exp(a - m).sum(-1, keepdims=True))
+    if op == "rms_norm":
+        return a / np.sqrt((a * a).mean(-1, keepdims=True) + 1e-6) * w
+    mean = a.mean(-1, keepdims=True)
+    return (a - mean) / np.sqrt(((a - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * w + bias
+
+
+def _rows_got(op, x, w, bias):
+    if op == "softmax":
+        return x.softmax(-1)
+    if op == "log_softmax":
+        return x.log_softmax(-1)
+    if op == "rms_norm":
+        return c.functional.rms_norm(x, w, 1e-6)
+    return c.functional.layer_norm(x, w, bias, 1e-5)
+
+
+# (d, the f32 kernel): a warp per row up to 512 elements, a block per row holding the row up to
+# 8192, the block per row that reads it on each pass past that or for a d no pack divides
+@pytest.mark.parametrize("d, kernel", [(4, "warp"), (128, "warp"), (384, "warp"), (512, "warp"), (516, "block"),
+                                       (4096, "block"), (8192, "block"), (8196, ""), (127, "")])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
+def test_row_kernels_by_length(dev, launched, op, d, kernel):
+    rng = np.random.default_rng(3)
+    rows = 5 if d <= 1024 else 2
+    a = rng.standard_normal((rows, d)).astype(np.float32) * 3
+    w, bias = rng.standard_normal(d).astype(np.float32), rng.standard_normal(d).astype(np.float32)
+    got = _rows_got(op, c.Tensor(a, device=dev), c.Tensor(w, device=dev), c.Tensor(bias, device=dev))
+    np.testing.assert_allclose(got.numpy(), _rows_want(op, a, w, bias), rtol=2e-5, atol=2e-5)
+    family = "softmax" if "softmax" in op else "norm"
+    assert (f"{family}_{kernel}_f32" if kernel else f"{family}_f32") in launched
+
+
+@pytest.mark.parametrize("dtype, tol", [("bf16", 2e-2), ("f16", 2e-3), ("f64", 1e-12)])
+@pytest.mark.parametrize("op", ["softmax", "layer_norm"])
+@pytest.mark.parametrize("d", [128, 384, 2048])
+def test_row_kernels_by_dtype(dev, launched, op, d, dtype, tol):
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((6, d)).astype(np.float32)
+    w, bias = rng.standard_normal(d).astype(np.float32), rng.standard_normal(d).astype(np.float32)
+    t = [c.Tensor(v, device=dev).to_dtype(dtype) for v in (a, w, bias)]
+    a, w, bias = (v.to_dtype("f64").numpy() for v in t)  # the inputs as rounded to dtype
+    got = _rows_got(op, *t).to_dtype("f64").numpy()
+    np.testing.assert_allclose(got, _rows_want(op, a, w, bias), rtol=tol, atol=tol)
+    assert any(name.endswith(f"_{dtype}") and ("_warp_" in name or "_block_" in name) for name in launched)
+
+
+@pytest.mark.parametrize("view", ["unaligned", "strided rows", "strided last dim"])
+def test_row_kernels_on_views(dev, launched, view):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((8, 132)).astype(np.float32)
+    x = c.Tensor(a, device=dev)
+    if view == "unaligned":  # rows of 128 that start 4 bytes past a 16-byte boundary: the fallback
+        x, a, kernel = x[:, 1:129], a[:, 1:129], "softmax_f32"
+    elif view == "strided rows":  # every other row, 16-byte aligned: the warp per row
+        x, a, kernel = x[::2, :128], a[::2, :128], "softmax_warp_f32"
+    else:
+        x, a, kernel = x.t(), a.T, "softmax_f32"
+    np.testing.assert_allclose(x.softmax(-1).numpy(), _rows_want("softmax", a, None, None), rtol=2e-5, atol=1e-7)
+    assert launched[-1] == kernel

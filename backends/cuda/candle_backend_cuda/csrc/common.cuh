@@ -32,6 +32,12 @@
     EMU_REGISTER(name)                               \
     extern "C" __global__ void name(__VA_ARGS__)
 
+// KERNEL for launches of at most `threads` threads a block, which lets ptxas use more registers.
+#define KERNEL_BOUNDED(threads, name, ...)                                   \
+    extern "C" __global__ void __launch_bounds__(threads) name(__VA_ARGS__); \
+    EMU_REGISTER(name)                                                       \
+    extern "C" __global__ void __launch_bounds__(threads) name(__VA_ARGS__)
+
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
@@ -144,6 +150,69 @@ __device__ __forceinline__ void each_element(i64 n, const Strided<K>& l, Compute
         offsets(l, i, o);
         write(i, o, compute(i, o));
     }
+}
+
+// N elements of T moved as one access of N * sizeof(T) bytes (ld.global.v4 and st.global.v4 at 16).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+    T v[N];
+};
+
+__device__ __forceinline__ bool aligned16(const void* p) { return ((u64)p & 15) == 0; }
+
+template <typename... T>
+__device__ constexpr int widest() {
+    int w = 1;
+    ((w = (int)sizeof(T) > w ? (int)sizeof(T) : w), ...);
+    return w;
+}
+
+template <int... I> struct Seq {};
+template <int N, int... I> struct MakeSeq : MakeSeq<N - 1, N - 1, I...> {};
+template <int... I> struct MakeSeq<0, I...> { typedef Seq<I...> type; };
+
+// out[i] = op(i, in[i]...) for i < n when every pointer is 16-byte aligned, false (nothing done)
+// otherwise. A thread moves packs of N elements, N making the widest operand's pack 16 bytes (the
+// narrower ones' are N elements too), two packs computed (loaded) before either is stored: the
+// element loop's one scalar access a thread left the memory system short of requests.
+template <typename Op, typename Out, typename... In>
+__device__ __forceinline__ bool each_pack(i64 n, Op op, Out* out, const In*... in) {
+    if (!(aligned16(out) && ... && aligned16(in))) return false;
+    constexpr int N = 16 / widest<Out, In...>();
+    auto compute = [&](i64 p) {
+        Vec<Out, N> r;
+        auto apply = [&](Vec<In, N>... v) {  // by value: each a 16-byte (or narrower) load
+            for (int e = 0; e < N; ++e) r.v[e] = op(p * N + e, v.v[e]...);
+        };
+        apply(reinterpret_cast<const Vec<In, N>*>(in)[p]...);
+        return r;
+    };
+    const i64 packs = n / N, step = thread_count();
+    i64 p = thread_index();
+    Vec<Out, N>* o = reinterpret_cast<Vec<Out, N>*>(out);
+    for (; p + step < packs; p += 2 * step) {
+        Vec<Out, N> r0 = compute(p), r1 = compute(p + step);
+        o[p] = r0;
+        o[p + step] = r1;
+    }
+    if (p < packs) o[p] = compute(p);
+    for (i64 i = packs * N + thread_index(); i < n; i += step) out[i] = op(i, in[i]...);
+    return true;
+}
+
+template <int K, typename Op, typename Out, int... I, typename... In>
+__device__ __forceinline__ void map_strided(i64 n, const Strided<K>& l, Op op, Out* out, Seq<I...>, const In*... in) {
+    each_element(n, l, [&](i64 i, const auto& o) { return op(i, in[o[I]]...); },
+                 [&](i64 i, const auto&, Out v) { out[i] = v; });
+}
+
+// out[i] = op(i, the K inputs' element i) for i < n, out contiguous, the inputs on layout l:
+// each_pack's 16-byte packs when l is contiguous and every pointer aligned, else the element loop.
+template <int K, typename Op, typename Out, typename... In>
+__device__ __forceinline__ void map_elements(i64 n, const Strided<K>& l, Op op, Out* out, const In*... in) {
+    static_assert(sizeof...(In) == K, "one layout operand per input");
+    if (l.rank == 0 && each_pack(n, op, out, in...)) return;
+    map_strided(n, l, op, out, typename MakeSeq<K>::type(), in...);
 }
 
 // IEEE infinity and NaN in f32 or f64 (no math.h macros under NVRTC).

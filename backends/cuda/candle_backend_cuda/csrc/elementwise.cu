@@ -4,15 +4,18 @@
 // One kernel per (family, dtype), the op a runtime code (ops.cuh): the
 // branch is the same for every thread, and it keeps the fatbins small.
 // Inputs are read through a Strided layout (rank 0: contiguous); outputs
-// are contiguous. f16 and bf16 compute in f32 and round once.
+// are contiguous. map_elements (common.cuh) moves 16-byte packs when every
+// operand is contiguous and aligned, ops of mixed widths (compare, where,
+// cast) in packs the widest operand's 16 bytes set. f16 and bf16 compute in
+// f32 and round once.
 #include "scalar.cuh"
 
 template <typename T>
 __device__ void unary_impl(T* out, const T* x, i64 n, int op, const Strided<1>& lx) {
-    each_element(n, lx, [&](i64, const auto& o) {
-        if constexpr (IsFloat<T>::value) return store<T>(unary_float(op, load(x[o[0]])));
-        else return unary_int(op, x[o[0]]);
-    }, [&](i64 i, const auto&, T v) { out[i] = v; });
+    map_elements(n, lx, [&](i64, T v) {
+        if constexpr (IsFloat<T>::value) return store<T>(unary_float(op, load(v)));
+        else return unary_int(op, v);
+    }, out, x);
 }
 #define UNARY(T) \
     KERNEL(unary_##T, T* out, const T* x, i64 n, i32 op, Strided<1> lx) { unary_impl<T>(out, x, n, op, lx); }
@@ -27,9 +30,9 @@ __device__ void param_impl(T* out, const T* x, i64 n, int op, double p0, double 
                            const Strided<1>& lx) {
     typedef typename Acc<T>::type C;
     const C c0 = (C)p0, c1 = (C)p1;
-    each_element(n, lx, [&](i64, const auto& o) -> T {
+    map_elements(n, lx, [&](i64, T xv) -> T {
         if constexpr (IsFloat<T>::value) {
-            C v = load(x[o[0]]), r = v;
+            C v = load(xv), r = v;
             switch (op) {
                 case PARAM_affine: r = v * c0 + c1; break;
                 case PARAM_powf: r = m_pow(v, c0); break;
@@ -39,11 +42,11 @@ __device__ void param_impl(T* out, const T* x, i64 n, int op, double p0, double 
             }
             return store<T>(r);
         } else {
-            T v = x[o[0]];
+            T v = xv;
             if (op == PARAM_affine) return whole ? w_add(w_mul(v, (T)q0), (T)q1) : saturate<T>((double)v * p0 + p1);
             return v < (T)q0 ? (T)q0 : v > (T)q1 ? (T)q1 : v;  // clamp
         }
-    }, [&](i64 i, const auto&, T v) { out[i] = v; });
+    }, out, x);
 }
 #define PARAM(T)                                                                                  \
     KERNEL(param_##T, T* out, const T* x, i64 n, i32 op, f64 p0, f64 p1, i64 q0, i64 q1, i32 whole, \
@@ -57,11 +60,10 @@ FOR_ALL(PARAM)
 // are reported in err (the result there is 0).
 template <typename T>
 __device__ void binary_impl(T* out, const T* a, const T* b, i64 n, int op, i64* err, const Strided<2>& l) {
-    each_element(n, l, [&](i64 i, const auto& o) -> T {
+    map_elements(n, l, [&](i64 i, T x, T y) -> T {
         if constexpr (IsFloat<T>::value) {
-            return store<T>(binary_float(op, load(a[o[0]]), load(b[o[1]])));
+            return store<T>(binary_float(op, load(x), load(y)));
         } else {
-            T x = a[o[0]], y = b[o[1]];
             if ((op == BINARY_div || op == BINARY_rem || op == BINARY_fmod) && y == T(0)) {
                 report(err, ERR_DIV_ZERO, i);
                 return T(0);
@@ -72,7 +74,7 @@ __device__ void binary_impl(T* out, const T* a, const T* b, i64 n, int op, i64* 
             }
             return binary_int(op, x, y);
         }
-    }, [&](i64 i, const auto&, T v) { out[i] = v; });
+    }, out, a, b);
 }
 #define BINARY(T)                                                                                  \
     KERNEL(binary_##T, T* out, const T* a, const T* b, i64 n, i32 op, i64* err, Strided<2> l) {   \
@@ -82,8 +84,8 @@ FOR_ALL(BINARY)
 
 template <typename T>
 __device__ void compare_impl(u8* out, const T* a, const T* b, i64 n, int op, const Strided<2>& l) {
-    each_element(n, l, [&](i64, const auto& o) -> u8 {
-        typename Acc<T>::type x = load(a[o[0]]), y = load(b[o[1]]);
+    map_elements(n, l, [&](i64, T av, T bv) -> u8 {
+        typename Acc<T>::type x = load(av), y = load(bv);
         bool r = false;
         switch (op) {
             case CMP_eq: r = x == y; break;
@@ -94,7 +96,7 @@ __device__ void compare_impl(u8* out, const T* a, const T* b, i64 n, int op, con
             case CMP_ge: r = x >= y; break;
         }
         return r ? 1 : 0;
-    }, [&](i64 i, const auto&, u8 v) { out[i] = v; });
+    }, out, a, b);
 }
 #define COMPARE(T) \
     KERNEL(compare_##T, u8* out, const T* a, const T* b, i64 n, i32 op, Strided<2> l) { compare_impl<T>(out, a, b, n, op, l); }
@@ -103,8 +105,7 @@ FOR_ALL(COMPARE)
 // where moves bits: one kernel per element width. The condition is u8 (nonzero picks t).
 template <typename W>
 __device__ void where_impl(W* out, const u8* c, const W* t, const W* f, i64 n, const Strided<3>& l) {
-    each_element(n, l, [&](i64, const auto& o) { return c[o[0]] ? t[o[1]] : f[o[2]]; },
-                 [&](i64 i, const auto&, W v) { out[i] = v; });
+    map_elements(n, l, [](i64, u8 cv, W tv, W fv) { return cv ? tv : fv; }, out, c, t, f);
 }
 #define WHERE(W, name) \
     KERNEL(where_##name, W* out, const u8* c, const W* t, const W* f, i64 n, Strided<3> l) { where_impl<W>(out, c, t, f, n, l); }
@@ -113,9 +114,7 @@ WHERE(u8, 8) WHERE(u16, 16) WHERE(u32, 32) WHERE(u64, 64)
 // cast from S to the dtype coded dst (ops.cuh DT_*).
 template <typename D, typename S>
 __device__ __forceinline__ void cast_to(void* out, const S* x, i64 n, const Strided<1>& lx) {
-    D* o = (D*)out;
-    each_element(n, lx, [&](i64, const auto& k) { return convert<D, S>(x[k[0]]); },
-                 [&](i64 i, const auto&, D v) { o[i] = v; });
+    map_elements(n, lx, [](i64, S v) { return convert<D, S>(v); }, (D*)out, x);
 }
 template <typename S>
 __device__ void cast_impl(void* out, const S* x, i64 n, int dst, const Strided<1>& lx) {

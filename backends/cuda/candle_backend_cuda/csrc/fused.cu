@@ -1,11 +1,160 @@
 // Fused kernels over the last dim: softmax, log_softmax, layer_norm,
-// rms_norm; and rotary embeddings. A block per row (blockDim.x a power of
-// two from 32 to 256, chosen by the host for the row's length); rows are the
-// leading dims of x, walked by the Strided<1> `rows` (x's strides), and the
-// last dim steps `step`. Outputs are contiguous. f16 and bf16 compute in
-// f32; the statistics are block reductions in a fixed order.
+// rms_norm; and rotary embeddings. Rows are the leading dims of x, walked by
+// the Strided<1> `rows` (x's strides), and the last dim steps `step`.
+// Outputs are contiguous. f16 and bf16 compute in f32; the statistics are
+// reductions in a fixed order.
+//
+// Three variants of softmax and norm, the host choosing (kernels/fused.py):
+// for contiguous, 16-byte aligned rows, a warp per row (d <= 32 * ROW_CACHE,
+// several rows a block) or a block per row (d <= ROW_BLOCK * ROW_CACHE) read
+// the row once into registers, reduce, and write it once; other rows take a
+// block per row that reads the row from memory on each pass.
 #include "scalar.cuh"
 
+// ---- rows cached in registers ------------------------------------------------------------------
+// A group of G threads (a warp, or the block) holds a row of up to G * ROW_CACHE elements, a thread's
+// share as NP packs of P = 16 / sizeof(T): its pack k is the row's pack lane + k * G, one 16-byte
+// access, so that a warp's accesses are contiguous. The host launches these only when every row,
+// the output's and w's and b's are 16-byte aligned and the rows contiguous with d a multiple of P.
+#define ROW_CACHE 16
+
+template <typename T, bool WARP>
+struct Row {
+    typedef typename Acc<T>::type C;
+    static const int P = 16 / sizeof(T), NP = ROW_CACHE / P;
+    i64 d, first, stride;
+    int G, lane;
+    __device__ Row(i64 d_) : d(d_) {
+        const int per_block = WARP ? blockDim.x / 32 : 1;
+        first = (i64)blockIdx.x * per_block + (WARP ? threadIdx.x / 32 : 0);
+        stride = (i64)gridDim.x * per_block;
+        G = WARP ? 32 : blockDim.x;
+        lane = WARP ? threadIdx.x & 31 : threadIdx.x;
+    }
+    __device__ bool has(int k) const { return (lane + (i64)k * G) * P < d; }
+    // f(x's row, out's row, the row's cache) for each row the group takes
+    template <typename F>
+    __device__ void each_row(T* out, const T* x, i64 n_rows, const Strided<1>& rows, C pad, F f) const {
+        for (i64 r = first; r < n_rows; r += stride) {
+            i64 o[1];
+            offsets(rows, r, o);
+            C v[NP][P];
+            for (int k = 0; k < NP; ++k) load_pack(v[k], x + o[0], k, pad);
+            f(out + r * d, v);
+        }
+    }
+    // dst = pack k of the row at p, pad past the row's end
+    __device__ void load_pack(C (&dst)[P], const T* p, int k, C pad) const {
+        if (has(k)) {
+            Vec<T, P> q = reinterpret_cast<const Vec<T, P>*>(p)[lane + (i64)k * G];
+            for (int e = 0; e < P; ++e) dst[e] = load(q.v[e]);
+        } else {
+            for (int e = 0; e < P; ++e) dst[e] = pad;
+        }
+    }
+    __device__ void store_pack(T* p, int k, const C (&src)[P]) const {
+        if (!has(k)) return;
+        Vec<T, P> q;
+        for (int e = 0; e < P; ++e) q.v[e] = store<T>(src[e]);
+        reinterpret_cast<Vec<T, P>*>(p)[lane + (i64)k * G] = q;
+    }
+    __device__ C sum(C v) const {
+        if constexpr (WARP) return warp_sum(v);
+        else return block_sum(v);
+    }
+    __device__ C max(C v) const {
+        if constexpr (WARP) return warp_max(v);
+        else return block_max(v);
+    }
+};
+
+template <typename T, bool WARP>
+__device__ void softmax_cached(T* out, const T* x, i64 n_rows, i64 d, int mode, const Strided<1>& rows) {
+    typedef Row<T, WARP> R;
+    typedef typename R::C C;
+    const int P = R::P, NP = R::NP;
+    const R g(d);
+    g.each_row(out, x, n_rows, rows, -infinity<C>(), [&](T* yr, C (&v)[NP][P]) {
+        C m = -infinity<C>();
+        for (int k = 0; k < NP; ++k)
+            for (int e = 0; e < P; ++e) m = (v[k][e] > m || v[k][e] != v[k][e]) ? v[k][e] : m;
+        m = g.max(m);
+        // v becomes x - m, then (softmax) its exp: one cached value an element
+        C s = C(0);
+        for (int k = 0; k < NP; ++k) {
+            if (!g.has(k)) continue;
+            for (int e = 0; e < P; ++e) {
+                v[k][e] -= m;
+                C ex = m_exp(v[k][e]);
+                s += ex;
+                if (mode == 0) v[k][e] = ex;
+            }
+        }
+        s = g.sum(s);
+        const C ls = m_log(s);
+        for (int k = 0; k < NP; ++k) {
+            for (int e = 0; e < P; ++e) v[k][e] = mode == 0 ? v[k][e] / s : v[k][e] - ls;
+            g.store_pack(yr, k, v[k]);
+        }
+    });
+}
+
+template <typename T, bool WARP>
+__device__ void norm_cached(T* out, const T* x, const T* w, const T* b, i64 n_rows, i64 d, f64 eps, int rms,
+                            const Strided<1>& rows) {
+    typedef Row<T, WARP> R;
+    typedef typename R::C C;
+    const int P = R::P, NP = R::NP;
+    const R g(d);
+    g.each_row(out, x, n_rows, rows, C(0), [&](T* yr, C (&v)[NP][P]) {
+        C mean = C(0), s = C(0);
+        for (int k = 0; k < NP; ++k)
+            for (int e = 0; e < P; ++e) s += v[k][e];
+        if (!rms) mean = g.sum(s) / (C)d;
+        C q = C(0);
+        for (int k = 0; k < NP; ++k) {
+            if (!g.has(k)) continue;
+            for (int e = 0; e < P; ++e) {
+                v[k][e] -= mean;
+                q += v[k][e] * v[k][e];
+            }
+        }
+        const C inv = C(1) / m_sqrt(g.sum(q) / (C)d + (C)eps);
+        for (int k = 0; k < NP; ++k) {
+            C wk[P], bk[P];
+            g.load_pack(wk, w, k, C(0));
+            if (b) g.load_pack(bk, b, k, C(0));
+            for (int e = 0; e < P; ++e) {
+                v[k][e] = v[k][e] * inv * wk[e];
+                if (b) v[k][e] += bk[e];
+            }
+            g.store_pack(yr, k, v[k]);
+        }
+    });
+}
+
+// The cached kernels take the fallback's parameters (step is 1); the block variants run at most
+// ROW_BLOCK threads, which bounds their registers to a block's share.
+#define ROW_BLOCK 512
+#define CACHED(T)                                                                                                  \
+    KERNEL(softmax_warp_##T, T* out, const T* x, i64 n_rows, i64 d, i64, i32 mode, Strided<1> rows) {              \
+        softmax_cached<T, true>(out, x, n_rows, d, mode, rows);                                                    \
+    }                                                                                                              \
+    KERNEL_BOUNDED(ROW_BLOCK, softmax_block_##T, T* out, const T* x, i64 n_rows, i64 d, i64, i32 mode,              \
+                   Strided<1> rows) {                                                                              \
+        softmax_cached<T, false>(out, x, n_rows, d, mode, rows);                                                   \
+    }                                                                                                              \
+    KERNEL(norm_warp_##T, T* out, const T* x, const T* w, const T* b, i64 n_rows, i64 d, i64, f64 eps, i32 rms,     \
+           Strided<1> rows) {                                                                                      \
+        norm_cached<T, true>(out, x, w, b, n_rows, d, eps, rms, rows);                                             \
+    }                                                                                                              \
+    KERNEL_BOUNDED(ROW_BLOCK, norm_block_##T, T* out, const T* x, const T* w, const T* b, i64 n_rows, i64 d, i64,   \
+                   f64 eps, i32 rms, Strided<1> rows) {                                                            \
+        norm_cached<T, false>(out, x, w, b, n_rows, d, eps, rms, rows);                                            \
+    }
+FOR_FLOATS(CACHED)
+
+// ---- the fallback (long, strided or unaligned rows): a block per row, each pass reading the row ----
 // mode 0: softmax, 1: log_softmax
 template <typename T>
 __device__ void softmax_impl(T* out, const T* x, i64 n_rows, i64 d, i64 step, int mode, const Strided<1>& rows) {

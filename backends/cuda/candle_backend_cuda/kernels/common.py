@@ -22,8 +22,16 @@ def views(layouts: list[Layout]):
         yield offs, start, numel(inner), strided(inner, *inner_strides)
 
 
-def grid(device, n: int) -> int:
-    return blocks_for(n, device.gpu.sms)
+def grid(device, n: int, per_thread: int = 1) -> int:
+    """Blocks of a grid-stride loop over n elements, per_thread of them a thread's step."""
+    return blocks_for(-(-n // per_thread), device.gpu.sms)
 
 
-__all__ = ["THREADS", "grid", "views"]
+def per_thread(lay: list[int], widest: int, *ptrs: int) -> int:
+    """The elements an element-wise thread takes a step (common.cuh's each_pack): two 16-byte packs
+    of the widest operand (itemsize widest) when the launch is contiguous (lay's rank 0) and every
+    pointer 16-byte aligned, else 1 (the element loop)."""
+    return 2 * (16 // widest) if lay[-1] == 0 and not any(p % 16 for p in ptrs) else 1
+
+
+__all__ = ["THREADS", "grid", "per_thread", "views"]

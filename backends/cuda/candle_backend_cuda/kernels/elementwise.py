@@ -13,7 +13,7 @@ import numpy as np
 
 from ..launch import address
 from .codes import codes
-from .common import THREADS, grid, views
+from .common import THREADS, grid, per_thread, views
 
 MODULE = "elementwise"
 CHECKED = {"div", "rem", "fmod", "pow"}  # integer ops that may fail
@@ -30,7 +30,8 @@ def unary(op: str, dtype):
         fn = dev.function(MODULE, name)
         base = address(x, lx, isz)
         for offs, start, n, lay in views([lx]):
-            fn.launch(grid(dev, n), THREADS, out.ptr + start * isz, base + offs[0] * isz, n, code, *lay)
+            po, px = out.ptr + start * isz, base + offs[0] * isz
+            fn.launch(grid(dev, n, per_thread(lay, isz, po, px)), THREADS, po, px, n, code, *lay)
 
     return kernel
 
@@ -74,8 +75,9 @@ def param(op: str, dtype):
         q0, q1, whole = (0, 0, 0) if dtype.is_float else integer_params(op, dtype, p0, p1)
         base = address(x, lx, isz)
         for offs, start, n, lay in views([lx]):
-            fn.launch(grid(dev, n), THREADS, out.ptr + start * isz, base + offs[0] * isz, n, code, float(p0),
-                      float(p1), q0, q1, whole, *lay)
+            po, px = out.ptr + start * isz, base + offs[0] * isz
+            fn.launch(grid(dev, n, per_thread(lay, isz, po, px)), THREADS, po, px, n, code, float(p0), float(p1), q0,
+                      q1, whole, *lay)
 
     return kernel
 
@@ -84,8 +86,8 @@ def _two_inputs(fn, dev, out_ptr, out_isz, a, la, b, lb, isz, code, *tail):
     """Launches fn over two inputs of one shape: (out, a, b, n, code, *tail, layout)."""
     pa, pb = address(a, la, isz), address(b, lb, isz)
     for offs, start, n, lay in views([la, lb]):
-        fn.launch(grid(dev, n), THREADS, out_ptr + start * out_isz, pa + offs[0] * isz, pb + offs[1] * isz, n, code,
-                  *tail, *lay)
+        ptrs = (out_ptr + start * out_isz, pa + offs[0] * isz, pb + offs[1] * isz)
+        fn.launch(grid(dev, n, per_thread(lay, max(isz, out_isz), *ptrs)), THREADS, *ptrs, n, code, *tail, *lay)
 
 
 def binary(op: str, dtype):
@@ -125,8 +127,8 @@ def where(dtype):
         fn = dev.function(MODULE, name)
         pc, pt, pf = address(c, lc, 1), address(t, lt, isz), address(f, lf, isz)
         for offs, start, n, lay in views([lc, lt, lf]):
-            fn.launch(grid(dev, n), THREADS, out.ptr + start * isz, pc + offs[0], pt + offs[1] * isz,
-                      pf + offs[2] * isz, n, *lay)
+            ptrs = (out.ptr + start * isz, pc + offs[0], pt + offs[1] * isz, pf + offs[2] * isz)
+            fn.launch(grid(dev, n, per_thread(lay, isz, *ptrs)), THREADS, *ptrs, n, *lay)
 
     return kernel
 
@@ -140,7 +142,9 @@ def cast(dtype):
         fn = dev.function(MODULE, name)
         base = address(x, lx, isz)
         for offs, start, n, lay in views([lx]):
-            fn.launch(grid(dev, n), THREADS, out.ptr + start * dst.itemsize, base + offs[0] * isz, n, dst.code, *lay)
+            po, px = out.ptr + start * dst.itemsize, base + offs[0] * isz
+            fn.launch(grid(dev, n, per_thread(lay, max(isz, dst.itemsize), po, px)), THREADS, po, px, n, dst.code,
+                      *lay)
 
     return kernel
 

@@ -16,6 +16,9 @@ ATTENTION_WARPS = 4
 #: step's single row keeps a warp per row).
 TILED_ROWS = 64
 TILED_DTYPES = ("bf16", "f16", "f32")
+#: csrc/fused.cu's cached row kernels: the elements a thread holds (ROW_CACHE), the block variant's
+#: most threads (ROW_BLOCK), and the rows (warps) a block of the warp variant takes.
+ROW_CACHE, ROW_BLOCK, ROW_WARPS = 16, 512, 4
 
 
 def _rows(dev, x, lx: Layout, dtype):
@@ -27,12 +30,30 @@ def _rows(dev, x, lx: Layout, dtype):
     return x, lx, shape, st
 
 
-def _block(d: int) -> int:
-    """Threads per row: a power of two from 32 to 256, about the row's length."""
+def _block(n: int, most: int) -> int:
+    """Threads per row: the power of two from 32 to most nearest above n."""
     threads = 32
-    while threads < 256 and threads < d:
+    while threads < most and threads < n:
         threads *= 2
     return threads
+
+
+def _launch(dev, family: str, dtype, d: int, n_rows: int, step: int, row_strides, ptrs, *args) -> None:
+    """Launches family's kernel for rows of d: a warp per row or a block per row holding the row in
+    registers when the rows are contiguous, d a multiple of a 16-byte pack and every pointer and row
+    16-byte aligned (the cached kernels' vector accesses need all of it), else the block per row
+    that reads the row on each pass."""
+    isz = dtype.itemsize
+    cached = (step == 1 and d * isz % 16 == 0 and d <= ROW_BLOCK * ROW_CACHE and not any(p % 16 for p in ptrs)
+              and not any(s * isz % 16 for s in row_strides))
+    if cached and d <= 32 * ROW_CACHE:
+        name, grid, block = f"{family}_warp_{dtype}", min(-(-n_rows // ROW_WARPS), 64 * dev.gpu.sms), 32 * ROW_WARPS
+    elif cached:
+        name, grid = f"{family}_block_{dtype}", min(n_rows, 64 * dev.gpu.sms)
+        block = _block(-(-d // ROW_CACHE), ROW_BLOCK)
+    else:
+        name, grid, block = f"{family}_{dtype}", min(n_rows, 64 * dev.gpu.sms), _block(d, 256)
+    dev.function("fused", name).launch(grid, block, *ptrs, *args)
 
 
 def softmax(log: int, dtype):
@@ -43,9 +64,8 @@ def softmax(log: int, dtype):
         dev = out.device
         x, lx, shape, st = _rows(dev, x, lx, dtype)
         d, n_rows = lx.shape[-1], numel(lx.shape[:-1])
-        dev.function("fused", f"softmax_{dtype}").launch(
-            min(n_rows, 64 * dev.gpu.sms), _block(d), out.ptr, address(x, lx, isz), n_rows, d, lx.strides[-1], log,
-            *strided(shape, st))
+        _launch(dev, "softmax", dtype, d, n_rows, lx.strides[-1], st, (out.ptr, address(x, lx, isz)), n_rows, d,
+                lx.strides[-1], log, *strided(shape, st))
 
     return kernel
 
@@ -63,9 +83,9 @@ def norm(rms: int, dtype):
             b_ptr = address(b, lb, isz) if b is not None else 0
         x, lx, shape, st = _rows(dev, x, lx, dtype)
         d, n_rows = lx.shape[-1], numel(lx.shape[:-1])
-        dev.function("fused", f"norm_{dtype}").launch(
-            min(n_rows, 64 * dev.gpu.sms), _block(d), out.ptr, address(x, lx, isz), address(w, lw, isz), b_ptr,
-            n_rows, d, lx.strides[-1], float(eps), rms, *strided(shape, st))
+        ptrs = (out.ptr, address(x, lx, isz), address(w, lw, isz), b_ptr)
+        _launch(dev, "norm", dtype, d, n_rows, lx.strides[-1], st, ptrs, n_rows, d, lx.strides[-1], float(eps), rms,
+                *strided(shape, st))
 
     return kernel
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from candle_api.layout import Layout
 
 from ..launch import address
-from .common import THREADS, grid, views
+from .common import THREADS, grid, per_thread, views
 
 MODULE = "memory"
 
@@ -28,7 +28,8 @@ def strided_copy(dst, ldst: Layout, src, lsrc: Layout, isz: int) -> None:
     fn = dev.function(MODULE, f"copy_{8 * isz}")
     pd, ps = address(dst, ldst, isz), address(src, lsrc, isz)
     for offs, _start, n, lay in views([ldst, lsrc]):
-        fn.launch(grid(dev, n), THREADS, pd + offs[0] * isz, ps + offs[1] * isz, n, *lay)
+        d, s = pd + offs[0] * isz, ps + offs[1] * isz
+        fn.launch(grid(dev, n, per_thread(lay, isz, d, s)), THREADS, d, s, n, *lay)
 
 
 def copy_kernel(dtype):
@@ -53,7 +54,8 @@ def fill_kernel(dtype):
         bits = bits - (1 << 64) if bits >= 1 << 63 else bits  # passed as an i64's bits
         base = address(dst, ldst, isz)
         for offs, _start, n, lay in views([ldst]):
-            fn.launch(grid(dev, n), THREADS, base + offs[0] * isz, bits, n, *lay)
+            d = base + offs[0] * isz
+            fn.launch(grid(dev, n, per_thread(lay, isz, d)), THREADS, d, bits, n, *lay)
 
     return kernel
 
