@@ -200,7 +200,7 @@ def _attention_reference(q, k, v, mask, causal, scale):
 @pytest.mark.parametrize("e, ev, length, keys, mask, causal", [
     (32, 32, 128, 128, None, False), (20, 48, 70, 45, "bool", False), (64, 40, 33, 100, "add", False),
     (48, 64, 65, 65, None, True)])
-def test_tiled_attention_against_numpy(dev, e, ev, length, keys, mask, causal):
+def test_tiled_attention_against_numpy(dev, launched, e, ev, length, keys, mask, causal):
     rng = np.random.default_rng(e + length)
     q = rng.standard_normal((2, 3, length, e)).astype(np.float32)
     k = rng.standard_normal((2, 3, keys, e)).astype(np.float32)
@@ -219,6 +219,7 @@ def test_tiled_attention_against_numpy(dev, e, ev, length, keys, mask, causal):
     tm = None if m is None else c.Tensor(m, device=dev)
     got = F.scaled_dot_product_attention(*args, attn_mask=tm, is_causal=causal, scale=0.3).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert f"attention_tiled{32 if max(e, ev) <= 32 else 64}_f32" in launched
 
 
 @pytest.fixture
