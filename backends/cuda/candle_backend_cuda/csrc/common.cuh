@@ -86,6 +86,20 @@ __device__ __forceinline__ void offsets(const Strided<K>& l, i64 i, i64 (&off)[K
     }
 }
 
+// offsets() for i and every dim under 2^31 (the caller knows: fewer than 2^31 elements): the
+// coordinates by 32-bit division, a few instructions where a 64-bit one is a long subroutine.
+// (binary_f32 averaged 16.6 us a call on an H200 in a MiniLM-shaped model, torch's add 4.7 us:
+// most of those calls add a bias broadcast along a matrix's rows.)
+template <int K>
+__device__ __forceinline__ void offsets32(const Strided<K>& l, u32 i, i64 (&off)[K]) {
+    for (int k = 0; k < K; ++k) off[k] = l.rank == 0 ? (i64)i : 0;
+    for (int d = l.rank - 1; d >= 0; --d) {
+        const u32 n = (u32)l.shape[d], c = i % n;
+        i /= n;
+        for (int k = 0; k < K; ++k) off[k] += (i64)c * l.st[k][d];
+    }
+}
+
 // ---- the compute type: f16 and bf16 compute in f32 and round once --------------------------------
 template <typename T> struct Acc { typedef T type; };
 template <> struct Acc<f16> { typedef float type; };
@@ -145,9 +159,11 @@ __device__ __forceinline__ void each_element(i64 n, const Strided<K>& l, Compute
             write(i + 3 * step, o[3], v3);
         }
     }
+    const bool narrow = n <= 0x7fffffff;
     for (; i < n; i += step) {
         i64 o[K];
-        offsets(l, i, o);
+        if (narrow) offsets32(l, (u32)i, o);
+        else offsets(l, i, o);
         write(i, o, compute(i, o));
     }
 }
