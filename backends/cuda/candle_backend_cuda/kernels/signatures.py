@@ -20,7 +20,8 @@ SIGNATURES = {
     "index": {"ids_check": "ppiqqp1", "select": "pppqqi1", "scatter": "pppqqqqqi3"},
     "image": {"conv2d": "pppq[26]", "conv_transpose2d": "pppq[26]", "pool2d": "ppiq[19]", "upsample2d": "ppiq[10]"},
     "fused": {"softmax": "ppqqqi1", "norm": "ppppqqqdi1", "rope": "ppppqqqqqqqqii"},
-    "attention": {"attention": "pppppqqqqqiidq[8]4"},
+    "attention": {"attention": "pppppqqqqqiidq[8]4", "flash_attention_e32": "pppppqqqiidq[8]4",
+                  "flash_attention_e64": "pppppqqqiidq[8]4", "flash_attention_e128": "pppppqqqiidq[8]4"},
     "quantized": {"dequantize": "ppqiii", "qmatmul": "pppqqqiii", "qembedding": "pppqqiii"},
 }
 
