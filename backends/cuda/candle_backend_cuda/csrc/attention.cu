@@ -142,22 +142,26 @@ __device__ void flash_impl(T* out, const T* q, const T* k, const T* v, const voi
     const i64 kend = causal ? mn<i64>(S, q0 + FA_BM) : S;
     const i64 nkt = (kend + FA_BN - 1) / FA_BN;
 
+    // K(kt + 1)'s copy is issued once every warp has read K(kt), V(kt + 1)'s once every warp has read
+    // V(kt): each overlaps the other half of the tile's work. One commit group per copy, empty past the
+    // last tile, so that wait_group 1 always leaves exactly the newest copy in flight.
+    auto copy_tile = [&](T* dst, const T* src, i64 stride, i64 c0) {
+        for (int c = tid; c < FA_BN * CH; c += THREADS) {
+            const int r = c / CH, col = c % CH * 8;
+            const bool ok = c0 + r < S;
+            cp_async_16(dst + r * LD + col, ok ? src + (c0 + r) * stride + col : src, ok);
+        }
+        cp_async_commit();
+    };
+    __syncthreads();  // every warp has its Q fragments: ksm is free
+    if (nkt > 0) {
+        copy_tile(ksm, kb, st.ks, 0);
+        copy_tile(vsm, vb, st.vs, 0);
+    }
+
     for (i64 kt = 0; kt < nkt; ++kt) {
         const i64 c0 = kt * FA_BN;
-        __syncthreads();  // nobody reads the previous tile (or Q) any more
-        for (int c = tid; c < FA_BN * CH; c += THREADS) {
-            const int r = c / CH, col = c % CH * 8;
-            const bool ok = c0 + r < S;
-            cp_async_16(ksm + r * LD + col, ok ? kb + (c0 + r) * st.ks + col : kb, ok);
-        }
-        cp_async_commit();
-        for (int c = tid; c < FA_BN * CH; c += THREADS) {
-            const int r = c / CH, col = c % CH * 8;
-            const bool ok = c0 + r < S;
-            cp_async_16(vsm + r * LD + col, ok ? vb + (c0 + r) * st.vs + col : vb, ok);
-        }
-        cp_async_commit();
-        cp_async_wait<1>();  // K's copy done (V's may still fly)
+        cp_async_wait<1>();  // K(kt) has landed (V(kt) may still fly)
         __syncthreads();
 
         float s[NB][4];
@@ -175,14 +179,26 @@ __device__ void flash_impl(T* out, const T* q, const T* k, const T* v, const voi
             }
         }
 
+        __syncthreads();  // every warp has read K(kt)
+        if (kt + 1 < nkt) copy_tile(ksm, kb, st.ks, c0 + FA_BN);
+        else cp_async_commit();
+
         // scale, mask, the tile's row max (base-2 scores)
+        // (only a tile with a mask, keys past S or keys past a row's own index tests each score; rows past
+        // L are zeros of Q, never written)
         float mt[2] = {-infinity<float>(), -infinity<float>()};
+        const bool masked = mask_kind || c0 + FA_BN > S || (causal && c0 + FA_BN - 1 > q0);
         FA_UNROLL
         for (int b = 0; b < NB; ++b) {
             FA_UNROLL
             for (int e = 0; e < 4; ++e) {
-                const i64 i = rows[e >> 1], j = c0 + b * 8 + 2 * t + (e & 1);
                 float x = s[b][e] * scale2;
+                if (!masked) {
+                    s[b][e] = x;
+                    mt[e >> 1] = fa_max(mt[e >> 1], x);
+                    continue;
+                }
+                const i64 i = rows[e >> 1], j = c0 + b * 8 + 2 * t + (e & 1);
                 bool hidden = j >= S || i >= L || (causal && j > i);
                 if (!hidden && mask_kind) {
                     const i64 mo = off[3] + i * st.ml + j * st.ms;
@@ -220,7 +236,7 @@ __device__ void flash_impl(T* out, const T* q, const T* k, const T* v, const voi
             }
         }
 
-        cp_async_wait<0>();  // V's copy done
+        cp_async_wait<1>();  // V(kt) has landed (K(kt + 1) may still fly)
         __syncthreads();
         FA_UNROLL
         for (int kk = 0; kk < FA_BN / 16; ++kk) {
@@ -236,7 +252,11 @@ __device__ void flash_impl(T* out, const T* q, const T* k, const T* v, const voi
                 mma_16816<T>(o[b + 1], a, b1);
             }
         }
+        __syncthreads();  // every warp has read V(kt)
+        if (kt + 1 < nkt) copy_tile(vsm, vb, st.vs, c0 + FA_BN);
+        else cp_async_commit();
     }
+    cp_async_wait<0>();  // nothing in flight at exit
 
     FA_UNROLL
     for (int r = 0; r < 2; ++r) {

@@ -33,6 +33,9 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
 }
 
 #ifdef CANDLE_EMU
+#include <cstdlib>
+#include <deque>
+#include <vector>
 
 namespace mma_emu {
 // The staging area of each warp of the running block (one block runs at a time).
@@ -95,14 +98,57 @@ inline void ldmatrix_x4(u32 (&r)[4], const void* row) {
     __syncwarp();
 }
 
-// cp.async.cg.shared.global of 16 bytes; with valid false, 16 zero bytes (src-size 0).
-inline void cp_async_16(void* dst, const void* src, bool valid) {
-    if (valid) std::memcpy(dst, src, 16);
-    else std::memset(dst, 0, 16);
+// cp.async.cg.shared.global of 16 bytes; with valid false, 16 zero bytes (src-size 0). A copy lands at
+// once, or, with CANDLE_EMU_CP_ASYNC=late in the environment, as late as the instruction allows: at the
+// cp.async.wait_group that its group must have finished by (so that a read before the wait sees stale
+// data). The first catches a copy issued while other warps still read the buffer, the second a missing
+// wait.
+namespace mma_emu {
+struct Copy {
+    void* dst;
+    const void* src;
+    bool valid;
+    void land() const {
+        if (valid) std::memcpy(dst, src, 16);
+        else std::memset(dst, 0, 16);
+    }
+};
+struct Groups {
+    std::vector<Copy> open;
+    std::deque<std::vector<Copy>> committed;
+};
+inline Groups& groups() {
+    static Groups g[1024];
+    return g[threadIdx.x];
 }
-inline void cp_async_commit() {}
+inline bool late() {
+    static const bool on = [] {
+        const char* v = std::getenv("CANDLE_EMU_CP_ASYNC");
+        return v && std::strcmp(v, "late") == 0;
+    }();
+    return on;
+}
+}  // namespace mma_emu
+
+inline void cp_async_16(void* dst, const void* src, bool valid) {
+    const mma_emu::Copy c{dst, src, valid};
+    if (mma_emu::late()) mma_emu::groups().open.push_back(c);
+    else c.land();
+}
+inline void cp_async_commit() {
+    auto& g = mma_emu::groups();
+    g.committed.push_back(std::move(g.open));
+    g.open.clear();
+}
+// Waits until at most N of this thread's committed groups are still in flight.
 template <int N>
-inline void cp_async_wait() {}
+inline void cp_async_wait() {
+    auto& g = mma_emu::groups();
+    while (g.committed.size() > (size_t)N) {
+        for (const auto& c : g.committed.front()) c.land();
+        g.committed.pop_front();
+    }
+}
 
 #else
 
