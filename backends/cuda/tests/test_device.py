@@ -2,7 +2,9 @@
 statistics and the cache, running out of memory, errors found on the
 device raised at the op, launch errors naming the kernel, DLPack both
 ways, several GPUs, NVRTC for a GPU the fatbins lack, layouts with more
-dims than a launch takes, threads, and quantized matmul on both its paths.
+dims than a launch takes, threads, quantized matmul on both its paths, and
+the tensor-core attention kernel (which the conformance suite's head sizes
+do not reach) against NumPy.
 
 Runs on a GPU, or on the CPU emulation (CANDLE_CUDA_DRIVER=libcuda_emu.so,
 emu/); the tests of what only the emulation can set up (its memory size,
@@ -16,7 +18,9 @@ import numpy as np
 import pytest
 
 import candle_api as c
+import candle_api.functional as F
 from candle_api.errors import DeviceError, IndexOutOfRangeError
+from candle_api.ops.creation import from_array
 from candle_api.quantized import QTensor
 
 
@@ -173,3 +177,124 @@ def test_quantized_matmul_decode_and_prefill(dev, rows, qtype):
     np.testing.assert_array_equal(on_gpu.dequantize().numpy(), qw.dequantize().numpy())  # bit-exact decoding
     got = on_gpu.matmul_t(c.Tensor(x, device=dev)).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+# ---- scaled-dot-product attention on the tensor-core kernel (flash_attention_e<E>_<dtype>) ----------
+@pytest.fixture
+def launched(monkeypatch):
+    """The names of the kernels launched while the test runs."""
+    from candle_backend_cuda import launch
+
+    names, original = [], launch.Function.launch
+
+    def record(self, *args, **kwargs):
+        names.append(self.name)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(launch.Function, "launch", record)
+    return names
+
+
+def _attention_reference(q, k, v, mask=None, causal=False, scale=None):
+    """softmax(q k^T scale + mask) v in f64; u8 masks keep keys where nonzero; rows that see no key are zeros."""
+    s = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(q.shape[-1]) if scale is None else scale)
+    if causal:
+        s = np.where(np.arange(s.shape[-1])[None, :] <= np.arange(s.shape[-2])[:, None], s, -np.inf)
+    if mask is not None:
+        s = np.where(mask != 0, s, -np.inf) if mask.dtype == np.uint8 else s + mask
+    m = s.max(-1, keepdims=True)
+    visible = ~np.isneginf(m)
+    with np.errstate(invalid="ignore"):
+        p = np.where(visible, np.exp(s - np.where(visible, m, 0)), 0)
+        p = p / np.where(visible, p.sum(-1, keepdims=True), 1)
+    return p @ v
+
+
+def _sdpa_case(dev, dtype, shape_q, shape_kv, e_v=None, mask=None, causal=False, scale=None, nan_row=None):
+    """(got, want) for F.scaled_dot_product_attention on dev against the f64 reference of the rounded inputs."""
+    rng = np.random.default_rng(len(shape_q) * 1000 + shape_q[-2] * 7 + shape_kv[-2])
+    q = rng.uniform(-1, 1, shape_q)
+    if nan_row is not None:
+        q[(0,) * (len(shape_q) - 2) + (nan_row, 0)] = np.nan
+    k = rng.uniform(-1, 1, shape_kv)
+    v = rng.uniform(-1, 1, shape_kv[:-1] + (e_v or shape_kv[-1],))
+    tq, tk, tv = (from_array(x, dtype, dev) for x in (q, k, v))
+    q, k, v = (t.to("f32").numpy().astype(np.float64) for t in (tq, tk, tv))
+    tm = None
+    if mask is not None:
+        tm = from_array(mask, None if mask.dtype == np.uint8 else dtype, dev)
+        if mask.dtype != np.uint8:
+            mask = tm.to("f32").numpy().astype(np.float64)
+    got = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm, is_causal=causal, scale=scale)
+    return got.to("f32").numpy(), _attention_reference(q, k, v, mask, causal, scale)
+
+
+_SDPA_TOL = {"bf16": 1e-2, "f16": 2e-3}
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("e", [32, 64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_tensor_cores_match_numpy(dev, launched, dtype, e, causal):
+    # 70 queries and 150 keys: two query tiles and three key tiles, each last one ragged
+    got, want = _sdpa_case(dev, dtype, (2, 2, 70, e), (2, 2, 150, e), causal=causal)
+    assert f"flash_attention_e{e}_{dtype}" in launched
+    np.testing.assert_allclose(got, want, atol=_SDPA_TOL[dtype], rtol=0)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_sdpa_tensor_cores_masks_scale_and_broadcasting(dev, launched, dtype):
+    rng = np.random.default_rng(3)
+    keep = (rng.random((1, 70, 130)) > 0.3).astype(np.uint8)  # broadcast over the 3 heads
+    keep[0, 3] = 0  # a row that sees no key: zeros
+    got, want = _sdpa_case(dev, dtype, (1, 3, 70, 64), (1, 3, 130, 64), mask=keep)
+    assert not got[:, :, 3].any()
+    np.testing.assert_allclose(got, want, atol=_SDPA_TOL[dtype], rtol=0)
+    added = rng.uniform(-2, 2, (3, 70, 130))
+    added[1, 5] = -np.inf  # every key of a row masked out by -inf: zeros
+    added[2, :, 7] = -np.inf
+    got, want = _sdpa_case(dev, dtype, (2, 3, 70, 64), (2, 3, 130, 64), mask=added, scale=0.3, causal=False)
+    assert not got[:, 1, 5].any()
+    np.testing.assert_allclose(got, want, atol=_SDPA_TOL[dtype], rtol=0)
+    # a causal mask with fewer keys than queries, and a NaN in one query row: that row alone is NaN
+    got, want = _sdpa_case(dev, dtype, (1, 2, 100, 128), (1, 2, 66, 128), causal=True, nan_row=80)
+    assert np.isnan(got[0, 0, 80]).all() and not np.isnan(np.delete(got, 80, axis=2)).any()
+    np.testing.assert_allclose(got, want, atol=_SDPA_TOL[dtype], rtol=0)
+    assert launched.count("flash_attention_e64_" + dtype) == 2 and "flash_attention_e128_" + dtype in launched
+    assert not any(n.startswith("attention_") for n in launched)
+
+
+def test_sdpa_tensor_cores_take_strided_and_broadcast_batches(dev, launched):
+    rng = np.random.default_rng(4)
+    q = rng.uniform(-1, 1, (2, 70, 4, 64))  # (b, t, h, e) viewed as (b, h, t, e): row stride h * e
+    kv = rng.uniform(-1, 1, (2, 1, 90, 64))  # one head shared by all four (a zero batch stride)
+    tq = from_array(q, "bf16", dev).transpose(1, 2)
+    tk = from_array(kv, "bf16", dev).expand(2, 4, 90, 64)
+    got = F.scaled_dot_product_attention(tq, tk, tk, is_causal=True).to("f32").numpy()
+    qr, kr = (t.to("f32").numpy().astype(np.float64) for t in (tq, tk))
+    np.testing.assert_allclose(got, _attention_reference(qr, kr, kr, causal=True), atol=1e-2, rtol=0)
+    assert "flash_attention_e64_bf16" in launched and "attention_bf16" not in launched
+
+
+def test_sdpa_tensor_cores_with_copies_landing_late(emulated, run_python):
+    """The emulation's cp.async landing at the last moment the kernel's waits allow (a missing wait reads
+    stale tiles): the tensor-core kernel agrees with the warp-per-row kernel on f32."""
+    code = ("import numpy as np, candle_api.functional as F\n"
+            "from candle_api.ops.creation import from_array\n"
+            "rng = np.random.default_rng(5)\n"
+            "q, k, v = (from_array(rng.uniform(-1, 1, (1, 2, n, 64)), 'f16', 'cuda') for n in (70, 150, 150))\n"
+            "for causal in (False, True):\n"
+            "    got = F.scaled_dot_product_attention(q, k, v, is_causal=causal).to('f32').numpy()\n"
+            "    want = F.scaled_dot_product_attention(*(t.to('f32') for t in (q, k, v)), is_causal=causal).numpy()\n"
+            "    assert np.abs(got - want).max() < 2e-3, np.abs(got - want).max()\n"
+            "print('ok')\n")
+    proc = run_python(code, CANDLE_EMU_CP_ASYNC="late")
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_sdpa_other_cases_keep_the_warp_per_row_kernel(dev, launched):
+    got, want = _sdpa_case(dev, "bf16", (1, 2, 20, 64), (1, 2, 30, 64), e_v=32)  # E != Ev
+    np.testing.assert_allclose(got, want, atol=1e-2, rtol=0)
+    got, want = _sdpa_case(dev, "f32", (1, 2, 20, 64), (1, 2, 30, 64))  # f32
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    assert not any(n.startswith("flash_") for n in launched) and "attention_bf16" in launched
