@@ -298,3 +298,17 @@ def test_sdpa_other_cases_keep_the_warp_per_row_kernel(dev, launched):
     got, want = _sdpa_case(dev, "f32", (1, 2, 20, 64), (1, 2, 30, 64))  # f32
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
     assert not any(n.startswith("flash_") for n in launched) and "attention_bf16" in launched
+
+
+@pytest.mark.parametrize("dtype,e,causal", [("bf16", 128, True), ("f16", 64, False), ("bf16", 32, False)])
+def test_sdpa_tensor_cores_at_length_on_a_gpu(dev, launched, dtype, e, causal):
+    """Many tiles (2048 queries and keys, the benchmark's length) against the f32 warp-per-row kernel: too
+    slow for the emulation."""
+    if "emulation" in dev.backend.gpu.name:
+        pytest.skip("thousands of tiles: run on a GPU")
+    rng = np.random.default_rng(6)
+    q, k, v = (from_array(rng.standard_normal((2, 4, 2048, e)), dtype, dev) for _ in range(3))
+    got = F.scaled_dot_product_attention(q, k, v, is_causal=causal).to("f32").numpy()
+    assert f"flash_attention_e{e}_{dtype}" in launched
+    want = F.scaled_dot_product_attention(*(t.to("f32") for t in (q, k, v)), is_causal=causal).numpy()
+    np.testing.assert_allclose(got, want, atol=_SDPA_TOL[dtype] * 2, rtol=0)

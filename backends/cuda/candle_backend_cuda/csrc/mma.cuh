@@ -152,25 +152,33 @@ inline void cp_async_wait() {
 
 #else
 
+// The instructions need sm_80 (cp.async, bf16 mma): an older GPU compiles a trap in their place (NVRTC
+// compiles the whole module for it), and the host never launches these kernels there.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define MMA_SM80(...) __trap()
+#else
+#define MMA_SM80(...) __VA_ARGS__
+#endif
+
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]);
 
 template <>
 __device__ __forceinline__ void mma_16816<bf16>(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
-    asm volatile(
+    MMA_SM80(asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])));
 }
 
 template <>
 __device__ __forceinline__ void mma_16816<f16>(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
-    asm volatile(
+    MMA_SM80(asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])));
 }
 
 __device__ __forceinline__ u32 shared_address(const void* p) { return (u32)__cvta_generic_to_shared(p); }
@@ -178,27 +186,27 @@ __device__ __forceinline__ u32 shared_address(const void* p) { return (u32)__cvt
 template <bool TRANS>
 __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void* row) {
     if constexpr (TRANS)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+        MMA_SM80(asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                      : "r"(shared_address(row))
-                     : "memory");
+                     : "memory"));
     else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+        MMA_SM80(asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                      : "r"(shared_address(row))
-                     : "memory");
+                     : "memory"));
 }
 
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+    MMA_SM80(asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
                  "r"(valid ? 16 : 0)
-                 : "memory");
+                 : "memory"));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { MMA_SM80(asm volatile("cp.async.commit_group;\n" ::: "memory")); }
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+    MMA_SM80(asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"));
 }
 
 #endif

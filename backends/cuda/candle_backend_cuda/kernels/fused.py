@@ -126,7 +126,7 @@ def sdpa(dtype):
             lq, lk, lv = Layout.contig(lq.shape), Layout.contig(lk.shape), Layout.contig(lv.shape)
             return kernel(out, q, lq, k, lk, v, lv, mask, lm, mask_dtype, causal, scale)
         rows = numel(batch) * length
-        if _flash_fits(dtype, e, ev, (q, lq), (k, lk), (v, lv), bst[:3]):
+        if dev.gpu.arch >= 80 and _flash_fits(dtype, e, ev, (q, lq), (k, lk), (v, lv), bst[:3]):
             n_batch = numel(batch)
             tiles = n_batch * -(-length // FLASH_ROWS)
             if tiles:
