@@ -295,9 +295,33 @@ def test_sdpa_tensor_cores_with_copies_landing_late(emulated, run_python):
 def test_sdpa_other_cases_keep_the_warp_per_row_kernel(dev, launched):
     got, want = _sdpa_case(dev, "bf16", (1, 2, 20, 64), (1, 2, 30, 64), e_v=32)  # E != Ev
     np.testing.assert_allclose(got, want, atol=1e-2, rtol=0)
-    got, want = _sdpa_case(dev, "f32", (1, 2, 20, 64), (1, 2, 30, 64))  # f32
+    got, want = _sdpa_case(dev, "f64", (1, 2, 20, 64), (1, 2, 30, 64))
+    np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)  # (compared through f32)
+    got, want = _sdpa_case(dev, "f32", (1, 2, 20, 64), (1, 2, 30, 64), e_v=83)  # a value row past 64
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
-    assert not any(n.startswith("flash_") for n in launched) and "attention_bf16" in launched
+    assert not any(n.startswith(("flash_", "attention_tiled")) for n in launched)
+    assert {"attention_bf16", "attention_f64", "attention_f32"} <= set(launched)
+
+
+@pytest.mark.parametrize("e,e_v", [(32, 32), (8, 6), (64, 40)])
+def test_sdpa_f32_small_heads_tiled(dev, launched, e, e_v):
+    # BERT's head size (and a smaller and a larger one): 150 queries, 170 keys over ragged tiles, with
+    # u8 and additive masks (a row that sees nothing, -inf columns) and causal masking
+    rng = np.random.default_rng(7)
+    keep = (rng.random((150, 170)) > 0.3).astype(np.uint8)
+    keep[9] = 0
+    got, want = _sdpa_case(dev, "f32", (2, 3, 150, e), (2, 3, 170, e), e_v=e_v, mask=keep)
+    assert not got[:, :, 9].any()
+    np.testing.assert_allclose(got, want, atol=2e-6, rtol=1e-5)
+    added = rng.uniform(-2, 2, (3, 150, 170))
+    added[:, :, 11] = -np.inf
+    got, want = _sdpa_case(dev, "f32", (2, 3, 150, e), (2, 3, 170, e), e_v=e_v, mask=added, scale=0.5)
+    np.testing.assert_allclose(got, want, atol=2e-6, rtol=1e-5)
+    got, want = _sdpa_case(dev, "f32", (1, 2, 150, e), (1, 2, 140, e), e_v=e_v, causal=True, nan_row=20)
+    assert np.isnan(got[0, 0, 20]).all() and not np.isnan(np.delete(got, 20, axis=2)).any()
+    np.testing.assert_allclose(got, want, atol=2e-6, rtol=1e-5)
+    bound = 16 if max(e, e_v) <= 16 else 32 if max(e, e_v) <= 32 else 64
+    assert launched.count(f"attention_tiled_e{bound}_f32") == 3 and "attention_f32" not in launched
 
 
 @pytest.mark.parametrize("dtype,e,causal", [("bf16", 128, True), ("f16", 64, False), ("bf16", 32, False)])

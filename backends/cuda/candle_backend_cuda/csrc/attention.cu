@@ -281,3 +281,95 @@ __device__ void flash_impl(T* out, const T* q, const T* k, const T* v, const voi
     }
 FLASH(bf16, 32) FLASH(bf16, 64) FLASH(bf16, 128)
 FLASH(f16, 32) FLASH(f16, 64) FLASH(f16, 128)
+
+// ---- f32 at small head sizes (E, Ev <= EB in {16, 32, 64}): a thread per query row -----------------------
+// BERT-sized attention (E = 32, a few hundred keys) wastes most of a warp per row: the lanes split 32
+// dims and reduce every score across the warp. Here a block of AT_ROWS threads takes AT_ROWS query rows
+// of one batch position, each thread holding its q row and its output row in registers, and the block
+// walks tiles of 32 keys (16 at EB = 64) that it copies to shared memory (any strides) and all its rows read (the
+// same address in every thread: a broadcast). Scores are f32 dot products in dim order (no tensor
+// cores: f32 results); the softmax is online per tile (one rescale a tile); hidden keys (u8 0,
+// causal, an added -inf) are skipped, as in the warp-per-row kernel, and a row that sees none gives zeros.
+#define AT_ROWS 128
+
+template <int EB>
+__device__ void attention_tiled_impl(f32* out, const f32* q, const f32* k, const f32* v, const void* mask,
+                                     i64 n_batch, i64 L, i64 S, i64 E, i64 Ev, i32 mask_kind, i32 causal,
+                                     f64 scale, const AttnStrides& st, const Strided<4>& batch) {
+    constexpr int AT_KEYS = EB >= 64 ? 16 : 32;  // keys a tile (their scores sit in registers)
+    __shared__ float ksh[AT_KEYS][EB];
+    __shared__ float vsh[AT_KEYS][EB];
+    const int tid = threadIdx.x;
+    const i64 nqt = (L + AT_ROWS - 1) / AT_ROWS;
+    const i64 bi = (i64)blockIdx.x % n_batch, qt = nqt - 1 - (i64)blockIdx.x / n_batch;
+    i64 off[4];
+    offsets(batch, bi, off);
+    const i64 i = qt * AT_ROWS + tid;
+    const bool live = i < L;
+    float qr[EB], acc[EB];
+    FA_UNROLL
+    for (int d = 0; d < EB; ++d) {
+        qr[d] = live && d < E ? q[off[0] + i * st.ql + d * st.qe] : 0.0f;
+        acc[d] = 0.0f;
+    }
+    float m = -infinity<float>(), l = 0.0f;
+    const float sc = (float)scale;
+    const i64 kend = causal ? mn<i64>(S, qt * AT_ROWS + AT_ROWS) : S;
+    for (i64 c0 = 0; c0 < kend; c0 += AT_KEYS) {
+        __syncthreads();  // nobody reads the previous tile any more
+        for (int x = tid; x < AT_KEYS * EB; x += AT_ROWS) {
+            const int r = x / EB, d = x % EB;
+            const i64 j = c0 + r;
+            ksh[r][d] = j < S && d < E ? k[off[1] + j * st.ks + d * st.ke] : 0.0f;
+            vsh[r][d] = j < S && d < Ev ? v[off[2] + j * st.vs + d * st.ve] : 0.0f;
+        }
+        __syncthreads();
+        const i64 nk = mn<i64>(AT_KEYS, kend - c0);
+        float s[AT_KEYS];
+        float mt = -infinity<float>();
+        FA_UNROLL
+        for (int r = 0; r < AT_KEYS; ++r) {
+            float dot = 0.0f;
+            FA_UNROLL
+            for (int d = 0; d < EB; ++d) dot += qr[d] * ksh[r][d];
+            const i64 j = c0 + r;
+            float x = dot * sc;
+            bool hidden = r >= nk || !live || (causal && j > i);
+            if (!hidden && mask_kind) {
+                const i64 mo = off[3] + i * st.ml + j * st.ms;
+                if (mask_kind == 1) hidden = !((const u8*)mask)[mo];
+                else x += ((const f32*)mask)[mo];
+            }
+            s[r] = hidden ? -infinity<float>() : x;
+            mt = fa_max(mt, s[r]);
+        }
+        const float m_new = fa_max(m, mt);
+        const float base = m_new == -infinity<float>() ? 0.0f : m_new;
+        const float corr = m_exp(m - base);
+        m = m_new;
+        l *= corr;
+        FA_UNROLL
+        for (int d = 0; d < EB; ++d) acc[d] *= corr;
+        FA_UNROLL
+        for (int r = 0; r < AT_KEYS; ++r) {
+            if (s[r] == -infinity<float>()) continue;  // hidden: its value row is never read (NaN there stays out)
+            const float p = m_exp(s[r] - base);
+            l += p;
+            FA_UNROLL
+            for (int d = 0; d < EB; ++d) acc[d] += p * vsh[r][d];
+        }
+    }
+    if (!live) return;
+    f32* y = out + (bi * L + i) * Ev;
+    FA_UNROLL
+    for (int d = 0; d < EB; ++d)
+        if (d < Ev) y[d] = l == 0.0f ? 0.0f : acc[d] / l;  // l == 0: every key hidden (a NaN l stays NaN)
+}
+
+#define ATTENTION_TILED(EB)                                                                                     \
+    KERNEL(attention_tiled_e##EB##_f32, f32* out, const f32* q, const f32* k, const f32* v, const void* mask,  \
+           i64 n_batch, i64 L, i64 S, i64 E, i64 Ev, i32 mask_kind, i32 causal, f64 scale, AttnStrides st,     \
+           Strided<4> batch) {                                                                                  \
+        attention_tiled_impl<EB>(out, q, k, v, mask, n_batch, L, S, E, Ev, mask_kind, causal, scale, st, batch); \
+    }
+ATTENTION_TILED(16) ATTENTION_TILED(32) ATTENTION_TILED(64)

@@ -85,6 +85,9 @@ def rope(interleaved: int, dtype):
 #: keys per tile, threads per block, and the head dims it is built for.
 FLASH_ROWS, FLASH_KEYS, FLASH_THREADS = 64, 64, 128
 FLASH_DIMS = (32, 64, 128)
+#: The f32 kernel for small heads (attention_tiled_e<bound>_f32): query rows (threads) per block, and
+#: the bounds on max(E, Ev) it is built for.
+TILED_ROWS, TILED_DIMS = 128, (16, 32, 64)
 
 
 def _flash_fits(dtype, e: int, ev: int, *operands_and_batch_strides) -> bool:
@@ -135,6 +138,18 @@ def sdpa(dtype):
                     tiles, FLASH_THREADS, out.ptr, address(q, lq, isz), address(k, lk, isz), address(v, lv, isz),
                     m_ptr, n_batch, length, s, mask_kind, int(causal), float(scale), *row_strides,
                     *strided(bshape, *bst), shared=2 * FLASH_KEYS * (e + 8) * isz)
+            return
+        row_strides = (lq.strides[-2], lq.strides[-1], lk.strides[-2], lk.strides[-1], lv.strides[-2],
+                       lv.strides[-1], mst[-2], mst[-1])
+        bound = next((b for b in TILED_DIMS if max(e, ev) <= b), 0)
+        if str(dtype) == "f32" and bound:
+            n_batch = numel(batch)
+            tiles = n_batch * -(-length // TILED_ROWS)
+            if tiles:
+                dev.function("attention", f"attention_tiled_e{bound}_f32").launch(
+                    tiles, TILED_ROWS, out.ptr, address(q, lq, isz), address(k, lk, isz), address(v, lv, isz),
+                    m_ptr, n_batch, length, s, e, ev, mask_kind, int(causal), float(scale), *row_strides,
+                    *strided(bshape, *bst))
             return
         warps_needed = -(-rows // ATTENTION_WARPS)
         row_strides = (lq.strides[-2], lq.strides[-1], lk.strides[-2], lk.strides[-1], lv.strides[-2],
