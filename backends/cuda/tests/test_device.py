@@ -299,8 +299,14 @@ def test_sdpa_other_cases_keep_the_warp_per_row_kernel(dev, launched):
     np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)  # (compared through f32)
     got, want = _sdpa_case(dev, "f32", (1, 2, 20, 64), (1, 2, 30, 64), e_v=83)  # a value row past 64
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    rng = np.random.default_rng(8)
+    wide = from_array(rng.uniform(-1, 1, (1, 2, 20, 65)), "f16", dev)[..., 1:]  # rows 65 apart: not 16-byte aligned
+    k = from_array(rng.uniform(-1, 1, (1, 2, 30, 64)), "f16", dev)
+    got = F.scaled_dot_product_attention(wide, k, k).to("f32").numpy()
+    qr, kr = (t.to("f32").numpy().astype(np.float64) for t in (wide, k))
+    np.testing.assert_allclose(got, _attention_reference(qr, kr, kr), atol=2e-3, rtol=0)
     assert not any(n.startswith(("flash_", "attention_tiled")) for n in launched)
-    assert {"attention_bf16", "attention_f64", "attention_f32"} <= set(launched)
+    assert {"attention_bf16", "attention_f64", "attention_f32", "attention_f16"} <= set(launched)
 
 
 @pytest.mark.parametrize("e,e_v", [(32, 32), (8, 6), (64, 40)])
