@@ -4,7 +4,9 @@ device raised at the op, launch errors naming the kernel, DLPack both
 ways, several GPUs, NVRTC for a GPU the fatbins lack, layouts with more
 dims than a launch takes, threads, quantized matmul on both its paths, and
 the element-wise and row kernels' paths on either side of their conditions
-(16-byte alignment, row lengths).
+(16-byte alignment, row lengths), and the tensor-core and tiled attention
+kernels (which the conformance suite's head sizes do not reach) against
+NumPy.
 
 Runs on a GPU, or on the CPU emulation (CANDLE_CUDA_DRIVER=libcuda_emu.so,
 emu/); the tests of what only the emulation can set up (its memory size,
@@ -20,6 +22,7 @@ import pytest
 import candle_api as c
 from candle_api import functional as F
 from candle_api.errors import DeviceError, IndexOutOfRangeError
+from candle_api.ops.creation import from_array
 from candle_api.quantized import QTensor
 
 
@@ -178,50 +181,6 @@ def test_quantized_matmul_decode_and_prefill(dev, rows, qtype):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
-def _attention_reference(q, k, v, mask, causal, scale):
-    s = q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64) * scale
-    keep = np.ones(s.shape, bool)
-    if mask is not None and mask.dtype == np.bool_:
-        keep &= mask
-    elif mask is not None:
-        s = s + mask
-    if causal:
-        keep &= np.tril(np.ones(s.shape[-2:], bool))
-    s = np.where(keep, s, -np.inf)
-    top = np.max(s, -1, keepdims=True)
-    p = np.where(keep, np.exp(s - np.where(np.isfinite(top), top, 0)), 0.0)
-    total = p.sum(-1, keepdims=True)
-    return (p / np.where(total > 0, total, 1)) @ v.astype(np.float64)
-
-
-# The tiled kernel (csrc/attention_tiled.cu) takes heads of up to 64 dims and 32 or more query rows: ragged
-# tiles of rows and keys, head dims under the kernel's width, masks of both kinds broadcast over heads,
-# a row with every key masked, causal rows, and a query that is a strided view.
-@pytest.mark.parametrize("e, ev, length, keys, mask, causal", [
-    (32, 32, 128, 128, None, False), (20, 48, 70, 45, "bool", False), (64, 40, 33, 100, "add", False),
-    (48, 64, 65, 65, None, True)])
-def test_tiled_attention_against_numpy(dev, launched, e, ev, length, keys, mask, causal):
-    rng = np.random.default_rng(e + length)
-    q = rng.standard_normal((2, 3, length, e)).astype(np.float32)
-    k = rng.standard_normal((2, 3, keys, e)).astype(np.float32)
-    v = rng.standard_normal((2, 3, keys, ev)).astype(np.float32)
-    m = None
-    if mask == "bool":
-        m = rng.random((2, 1, length, keys)) < 0.7
-        m[0, 0, 5] = False  # a row with every key masked gives zeros
-    elif mask == "add":
-        m = np.where(rng.random((1, 3, length, keys)) < 0.2, -np.inf, rng.standard_normal((1, 3, length, keys)))
-        m = m.astype(np.float32)
-    want = _attention_reference(q, k, v, m, causal, 0.3)
-    wide = np.zeros((2, 3, length, 2 * e), np.float32)
-    wide[..., ::2] = q
-    args = [c.Tensor(wide, device=dev)[..., ::2], c.Tensor(k, device=dev), c.Tensor(v, device=dev)]
-    tm = None if m is None else c.Tensor(m, device=dev)
-    got = F.scaled_dot_product_attention(*args, attn_mask=tm, is_causal=causal, scale=0.3).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    assert f"attention_tiled{32 if max(e, ev) <= 32 else 64}_f32" in launched
-
-
 @pytest.fixture
 def launched(monkeypatch):
     """The names of the kernels launched while the test runs."""
@@ -326,3 +285,182 @@ def test_row_kernels_on_views(dev, launched, view):
         x, a, kernel = x.t(), a.T, "softmax_f32"
     np.testing.assert_allclose(x.softmax(-1).numpy(), _rows_want("softmax", a, None, None), rtol=2e-5, atol=1e-7)
     assert launched[-1] == kernel
+
+
+# ---- scaled-dot-product attention on the tensor-core kernel (flash_attention_e<E>_<dtype>) ----------
+def _attention_reference(q, k, v, mask=None, causal=False, scale=None):
+    """softmax(q k^T scale + mask) v in f64; u8 masks keep keys where nonzero; rows that see no key are zeros."""
+    s = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(q.shape[-1]) if scale is None else scale)
+    if causal:
+        s = np.where(np.arange(s.shape[-1])[None, :] <= np.arange(s.shape[-2])[:, None], s, -np.inf)
+    if mask is not None:
+        s = np.where(mask != 0, s, -np.inf) if mask.dtype == np.uint8 else s + mask
+    m = s.max(-1, keepdims=True)
+    visible = ~np.isneginf(m)
+    with np.errstate(invalid="ignore"):
+        p = np.where(visible, np.exp(s - np.where(visible, m, 0)), 0)
+        p = p / np.where(visible, p.sum(-1, keepdims=True), 1)
+    return p @ v
+
+
+def _sdpa_case(dev, dtype, shape_q, shape_kv, e_v=None, mask=None, causal=False, scale=None, nan_row=None):
+    """(got, want) for F.scaled_dot_product_attention on dev against the f64 reference of the rounded inputs."""
+    rng = np.random.default_rng(len(shape_q) * 1000 + shape_q[-2] * 7 + shape_kv[-2])
+    q = rng.uniform(-1, 1, shape_q)
+    if nan_row is not None:
+        q[(0,) * (len(shape_q) - 2) + (nan_row, 0)] = np.nan
+    k = rng.uniform(-1, 1, shape_kv)
+    v = rng.uniform(-1, 1, shape_kv[:-1] + (e_v or shape_kv[-1],))
+    tq, tk, tv = (from_array(x, dtype, dev) for x in (q, k, v))
+    q, k, v = (t.to("f32").numpy().astype(np.float64) for t in (tq, tk, tv))
+    tm = None
+    if mask is not None:
+        tm = from_array(mask, None if mask.dtype == np.uint8 else dtype, dev)
+        if mask.dtype != np.uint8:
+            mask = tm.to("f32").numpy().astype(np.float64)
+    got = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm, is_causal=causal, scale=scale)
+    return got.to("f32").numpy(), _attention_reference(q, k, v, mask, causal, scale)
+
+
+_SDPA_TOL = {"bf16": 1e-2, "f16": 2e-3}
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("e", [32, 64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_tensor_cores_match_numpy(dev, launched, dtype, e, causal):
+    # 70 queries and 150 keys: two query tiles and three key tiles, each last one ragged
+    got, want = _sdpa_case(dev, dtype, (2, 2, 70, e), (2, 2, 150, e), causal=causal)
+    assert f"flash_attention_e{e}_{dtype}" in launched
+    np.testing.assert_allclose(got, want, atol=_SDPA_TOL[dtype], rtol=0)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_sdpa_tensor_cores_masks_scale_and_broadcasting(dev, launched, dtype):
+    rng = np.random.default_rng(3)
+    keep = (rng.random((1, 70, 130)) > 0.3).astype(np.uint8)  # broadcast over the 3 heads
+    keep[0, 3] = 0  # a row that sees no key: zeros
+    got, want = _sdpa_case(dev, dtype, (1, 3, 70, 64), (1, 3, 130, 64), mask=keep)
+    assert not got[:, :, 3].any()
+    np.testing.assert_allclose(got, want, atol=_SDPA_TOL[dtype], rtol=0)
+    added = rng.uniform(-2, 2, (3, 70, 130))
+    added[1, 5] = -np.inf  # every key of a row masked out by -inf: zeros
+    added[2, :, 7] = -np.inf
+    got, want = _sdpa_case(dev, dtype, (2, 3, 70, 64), (2, 3, 130, 64), mask=added, scale=0.3, causal=False)
+    assert not got[:, 1, 5].any()
+    np.testing.assert_allclose(got, want, atol=_SDPA_TOL[dtype], rtol=0)
+    # a causal mask with fewer keys than queries, and a NaN in one query row: that row alone is NaN
+    got, want = _sdpa_case(dev, dtype, (1, 2, 100, 128), (1, 2, 66, 128), causal=True, nan_row=80)
+    assert np.isnan(got[0, 0, 80]).all() and not np.isnan(np.delete(got, 80, axis=2)).any()
+    np.testing.assert_allclose(got, want, atol=_SDPA_TOL[dtype], rtol=0)
+    assert launched.count("flash_attention_e64_" + dtype) == 2 and "flash_attention_e128_" + dtype in launched
+    assert not any(n.startswith("attention_") for n in launched)
+
+
+def test_sdpa_tensor_cores_take_strided_and_broadcast_batches(dev, launched):
+    rng = np.random.default_rng(4)
+    q = rng.uniform(-1, 1, (2, 70, 4, 64))  # (b, t, h, e) viewed as (b, h, t, e): row stride h * e
+    kv = rng.uniform(-1, 1, (2, 1, 90, 64))  # one head shared by all four (a zero batch stride)
+    tq = from_array(q, "bf16", dev).transpose(1, 2)
+    tk = from_array(kv, "bf16", dev).expand(2, 4, 90, 64)
+    got = F.scaled_dot_product_attention(tq, tk, tk, is_causal=True).to("f32").numpy()
+    qr, kr = (t.to("f32").numpy().astype(np.float64) for t in (tq, tk))
+    np.testing.assert_allclose(got, _attention_reference(qr, kr, kr, causal=True), atol=1e-2, rtol=0)
+    assert "flash_attention_e64_bf16" in launched and "attention_bf16" not in launched
+
+
+def test_sdpa_tensor_cores_with_copies_landing_late(emulated, run_python):
+    """The emulation's cp.async landing at the last moment the kernel's waits allow (a missing wait reads
+    stale tiles): the tensor-core kernel agrees with the warp-per-row kernel on f32."""
+    code = ("import numpy as np, candle_api.functional as F\n"
+            "from candle_api.ops.creation import from_array\n"
+            "rng = np.random.default_rng(5)\n"
+            "q, k, v = (from_array(rng.uniform(-1, 1, (1, 2, n, 64)), 'f16', 'cuda') for n in (70, 150, 150))\n"
+            "for causal in (False, True):\n"
+            "    got = F.scaled_dot_product_attention(q, k, v, is_causal=causal).to('f32').numpy()\n"
+            "    want = F.scaled_dot_product_attention(*(t.to('f32') for t in (q, k, v)), is_causal=causal).numpy()\n"
+            "    assert np.abs(got - want).max() < 2e-3, np.abs(got - want).max()\n"
+            "print('ok')\n")
+    proc = run_python(code, CANDLE_EMU_CP_ASYNC="late")
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_sdpa_other_cases_keep_the_warp_per_row_kernel(dev, launched):
+    got, want = _sdpa_case(dev, "bf16", (1, 2, 20, 64), (1, 2, 30, 64), e_v=32)  # E != Ev
+    np.testing.assert_allclose(got, want, atol=1e-2, rtol=0)
+    got, want = _sdpa_case(dev, "f64", (1, 2, 20, 64), (1, 2, 30, 64))
+    np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)  # (compared through f32)
+    got, want = _sdpa_case(dev, "f32", (1, 2, 20, 64), (1, 2, 30, 64), e_v=83)  # a value row past 64
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    rng = np.random.default_rng(8)
+    wide = from_array(rng.uniform(-1, 1, (1, 2, 20, 65)), "f16", dev)[..., 1:]  # rows 65 apart: not 16-byte aligned
+    k = from_array(rng.uniform(-1, 1, (1, 2, 30, 64)), "f16", dev)
+    got = F.scaled_dot_product_attention(wide, k, k).to("f32").numpy()
+    qr, kr = (t.to("f32").numpy().astype(np.float64) for t in (wide, k))
+    np.testing.assert_allclose(got, _attention_reference(qr, kr, kr), atol=2e-3, rtol=0)
+    assert not any(n.startswith(("flash_", "attention_tiled")) for n in launched)
+    assert {"attention_bf16", "attention_f64", "attention_f32", "attention_f16"} <= set(launched)
+
+
+@pytest.mark.parametrize("e,e_v", [(32, 32), (8, 6), (64, 40)])
+def test_sdpa_f32_small_heads_tiled(dev, launched, e, e_v):
+    # BERT's head size (and a smaller and a larger one): 150 queries, 170 keys over ragged tiles, with
+    # u8 and additive masks (a row that sees nothing, -inf columns) and causal masking
+    rng = np.random.default_rng(7)
+    keep = (rng.random((150, 170)) > 0.3).astype(np.uint8)
+    keep[9] = 0
+    got, want = _sdpa_case(dev, "f32", (2, 3, 150, e), (2, 3, 170, e), e_v=e_v, mask=keep)
+    assert not got[:, :, 9].any()
+    np.testing.assert_allclose(got, want, atol=2e-6, rtol=1e-5)
+    added = rng.uniform(-2, 2, (3, 150, 170))
+    added[:, :, 11] = -np.inf
+    got, want = _sdpa_case(dev, "f32", (2, 3, 150, e), (2, 3, 170, e), e_v=e_v, mask=added, scale=0.5)
+    np.testing.assert_allclose(got, want, atol=2e-6, rtol=1e-5)
+    got, want = _sdpa_case(dev, "f32", (1, 2, 150, e), (1, 2, 140, e), e_v=e_v, causal=True, nan_row=20)
+    assert np.isnan(got[0, 0, 20]).all() and not np.isnan(np.delete(got, 20, axis=2)).any()
+    np.testing.assert_allclose(got, want, atol=2e-6, rtol=1e-5)
+    assert launched.count(f"attention_tiled{32 if max(e, e_v) <= 32 else 64}_f32") == 3
+    assert "attention_f32" not in launched
+
+
+@pytest.mark.parametrize("dtype,e,causal", [("bf16", 128, True), ("f16", 64, False), ("bf16", 32, False)])
+def test_sdpa_tensor_cores_at_length_on_a_gpu(dev, launched, dtype, e, causal):
+    """Many tiles (2048 queries and keys, the benchmark's length) against the f32 kernels: too
+    slow for the emulation."""
+    if "emulation" in dev.backend.gpu.name:
+        pytest.skip("thousands of tiles: run on a GPU")
+    rng = np.random.default_rng(6)
+    q, k, v = (from_array(rng.standard_normal((2, 4, 2048, e)), dtype, dev) for _ in range(3))
+    got = F.scaled_dot_product_attention(q, k, v, is_causal=causal).to("f32").numpy()
+    assert f"flash_attention_e{e}_{dtype}" in launched
+    want = F.scaled_dot_product_attention(*(t.to("f32") for t in (q, k, v)), is_causal=causal).numpy()
+    np.testing.assert_allclose(got, want, atol=_SDPA_TOL[dtype] * 2, rtol=0)
+
+
+# The tiled kernel (attention_tiled<D>, csrc/attention.cu) takes heads of up to 64 dims and 32 or more
+# query rows: ragged tiles of rows and keys, head dims under the kernel's width, masks of both kinds
+# broadcast over heads, a row with every key masked, causal rows, and a query that is a strided view.
+@pytest.mark.parametrize("e, ev, length, keys, mask, causal", [
+    (32, 32, 128, 128, None, False), (20, 48, 70, 45, "bool", False), (64, 40, 33, 100, "add", False),
+    (48, 64, 65, 65, None, True)])
+def test_tiled_attention_against_numpy(dev, launched, e, ev, length, keys, mask, causal):
+    rng = np.random.default_rng(e + length)
+    q = rng.standard_normal((2, 3, length, e)).astype(np.float32)
+    k = rng.standard_normal((2, 3, keys, e)).astype(np.float32)
+    v = rng.standard_normal((2, 3, keys, ev)).astype(np.float32)
+    m = None
+    if mask == "bool":
+        m = rng.random((2, 1, length, keys)) < 0.7
+        m[0, 0, 5] = False  # a row with every key masked gives zeros
+    elif mask == "add":
+        m = np.where(rng.random((1, 3, length, keys)) < 0.2, -np.inf, rng.standard_normal((1, 3, length, keys)))
+        m = m.astype(np.float32)
+    want = _attention_reference(*(x.astype(np.float64) for x in (q, k, v)),
+                                m.astype(np.uint8) if mask == "bool" else m, causal, 0.3)
+    wide = np.zeros((2, 3, length, 2 * e), np.float32)
+    wide[..., ::2] = q
+    args = [c.Tensor(wide, device=dev)[..., ::2], c.Tensor(k, device=dev), c.Tensor(v, device=dev)]
+    tm = None if m is None else c.Tensor(m, device=dev)
+    got = F.scaled_dot_product_attention(*args, attn_mask=tm, is_causal=causal, scale=0.3).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert f"attention_tiled{32 if max(e, ev) <= 32 else 64}_f32" in launched

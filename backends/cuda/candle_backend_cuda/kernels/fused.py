@@ -11,9 +11,9 @@ from .memory import contiguous
 
 #: Query rows (warps) per block of the attention kernel.
 ATTENTION_WARPS = 4
-#: The tiled attention kernel (csrc/attention_tiled.cu): query rows (threads) per block, its dtypes. It
-#: takes heads of at most 64 dims and batch entries of at least half a block of query rows (a decode
-#: step's single row keeps a warp per row).
+#: The tiled attention kernel (attention_tiled<D>_<dtype>, csrc/attention.cu): query rows (threads) per
+#: block, its dtypes. It takes heads of at most 64 dims and batch entries of at least half a block of
+#: query rows (a decode step's single row keeps a warp per row).
 TILED_ROWS = 64
 TILED_DTYPES = ("bf16", "f16", "f32")
 #: csrc/fused.cu's cached row kernels: the elements a thread holds (ROW_CACHE), the block variant's
@@ -106,6 +106,30 @@ def rope(interleaved: int, dtype):
     return kernel
 
 
+#: The tensor-core attention kernel (flash_attention_e<E>_<dtype>, csrc/attention.cu): query rows and
+#: keys per tile, threads per block, and the head dims it is built for.
+FLASH_ROWS, FLASH_KEYS, FLASH_THREADS = 64, 64, 128
+FLASH_DIMS = (32, 64, 128)
+
+
+def _flash_fits(dtype, e: int, ev: int, *operands_and_batch_strides) -> bool:
+    """Whether the tensor-core kernel takes this call: bf16 or f16, E == Ev in FLASH_DIMS, and q, k, v
+    with a contiguous last dim, 16-byte aligned rows (cp.async copies 16 bytes) and row and batch
+    strides in whole 16-byte chunks. The rest goes to the warp-per-row kernel."""
+    *operands, batch_strides = operands_and_batch_strides
+    if str(dtype) not in ("bf16", "f16") or e != ev or e not in FLASH_DIMS:
+        return False
+    per = 16 // dtype.itemsize
+    for (storage, lay), bs in zip(operands, batch_strides):
+        if lay.strides[-1] != 1 or (storage.ptr + lay.offset * dtype.itemsize) % 16:
+            return False
+        if lay.shape[-2] > 1 and lay.strides[-2] % per:
+            return False
+        if any(st % per for st in bs):
+            return False
+    return True
+
+
 def sdpa(dtype):
     """k(out, q, lq, k, lk, v, lv, mask, lmask, mask_dtype, causal, scale)."""
     isz = dtype.itemsize
@@ -126,15 +150,24 @@ def sdpa(dtype):
             q, k, v = (contiguous(s_, l_, dtype) for s_, l_ in ((q, lq), (k, lk), (v, lv)))
             lq, lk, lv = Layout.contig(lq.shape), Layout.contig(lk.shape), Layout.contig(lv.shape)
             return kernel(out, q, lq, k, lk, v, lv, mask, lm, mask_dtype, causal, scale)
+        n_batch = numel(batch)
+        if dev.gpu.arch >= 80 and _flash_fits(dtype, e, ev, (q, lq), (k, lk), (v, lv), bst[:3]):
+            tiles = n_batch * -(-length // FLASH_ROWS)
+            if tiles:
+                row_strides = (lq.strides[-2], 1, lk.strides[-2], 1, lv.strides[-2], 1, mst[-2], mst[-1])
+                dev.function("attention", f"flash_attention_e{e}_{dtype}").launch(
+                    tiles, FLASH_THREADS, out.ptr, address(q, lq, isz), address(k, lk, isz), address(v, lv, isz),
+                    m_ptr, n_batch, length, s, mask_kind, int(causal), float(scale), *row_strides,
+                    *strided(bshape, *bst), shared=2 * FLASH_KEYS * (e + 8) * isz)
+            return
         row_strides = (lq.strides[-2], lq.strides[-1], lk.strides[-2], lk.strides[-1], lv.strides[-2],
                        lv.strides[-1], mst[-2], mst[-1])
         operands = (out.ptr, address(q, lq, isz), address(k, lk, isz), address(v, lv, isz), m_ptr)
         tail = (length, s, e, ev, mask_kind, int(causal), float(scale), *row_strides, *strided(bshape, *bst))
-        n_batch = numel(batch)
         if dtype.name in TILED_DTYPES and max(e, ev) <= 64 and length >= TILED_ROWS // 2:
             blocks = n_batch * -(-length // TILED_ROWS)
             width = 32 if max(e, ev) <= 32 else 64
-            dev.function("attention_tiled", f"attention_tiled{width}_{dtype}").launch(
+            dev.function("attention", f"attention_tiled{width}_{dtype}").launch(
                 max(1, min(blocks, 64 * dev.gpu.sms)), TILED_ROWS, *operands, n_batch, *tail)
             return
         warps_needed = -(-(n_batch * length) // ATTENTION_WARPS)

@@ -21,8 +21,9 @@ SIGNATURES = {
     "image": {"conv2d": "pppq[26]", "conv_transpose2d": "pppq[26]", "pool2d": "ppiq[19]", "upsample2d": "ppiq[10]"},
     "fused": {"softmax": "ppqqqi1", "softmax_warp": "ppqqqi1", "softmax_block": "ppqqqi1", "norm": "ppppqqqdi1",
               "norm_warp": "ppppqqqdi1", "norm_block": "ppppqqqdi1", "rope": "ppppqqqqqqqqii"},
-    "attention": {"attention": "pppppqqqqqiidq[8]4"},
-    "attention_tiled": {"attention_tiled32": "pppppqqqqqiidq[8]4", "attention_tiled64": "pppppqqqqqiidq[8]4"},
+    "attention": {"attention": "pppppqqqqqiidq[8]4", "flash_attention_e32": "pppppqqqiidq[8]4",
+                  "flash_attention_e64": "pppppqqqiidq[8]4", "flash_attention_e128": "pppppqqqiidq[8]4",
+                  "attention_tiled32": "pppppqqqqqiidq[8]4", "attention_tiled64": "pppppqqqqqiidq[8]4"},
     "quantized": {"dequantize": "ppqiii", "qmatmul": "pppqqqiii", "qembedding": "pppqqiii"},
 }
 
