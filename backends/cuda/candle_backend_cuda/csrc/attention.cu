@@ -338,9 +338,9 @@ __device__ void attention_tiled_impl(T* out, const T* q, const T* k, const T* v,
                 if (!hidden && mask_kind == 1) hidden = !((const u8*)mask)[moff + j * st.ms];
                 if (!hidden && mask_kind == 2) x += load(((const T*)mask)[moff + j * st.ms]);
                 s[jj] = hidden ? ninf : x;
-                top = s[jj] > top ? s[jj] : top;
+                top = (s[jj] > top || s[jj] != s[jj]) ? s[jj] : top;  // NaN wins: its row turns NaN
             }
-            const C mnew = top > m ? top : m;
+            const C mnew = (top > m || top != top) ? top : m;
             if (mnew == ninf) continue;  // every key so far hidden
             const C corr = m_exp(m - mnew);
             l *= corr;
@@ -357,7 +357,7 @@ __device__ void attention_tiled_impl(T* out, const T* q, const T* k, const T* v,
         if (live) {
             T* yr = out + (bi * L + i) * Ev;
             for (int e = 0; e < D; ++e)
-                if (e < Ev) yr[e] = store<T>(l > C(0) ? acc[e] / l : C(0));
+                if (e < Ev) yr[e] = store<T>(l != C(0) ? acc[e] / l : C(0));  // l 0: no key seen; NaN: NaN
         }
     }
 }
