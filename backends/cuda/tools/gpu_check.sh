@@ -8,14 +8,14 @@
 #      machine has a Vulkan loader (WHEELS must then hold the wgpu wheel: see below);
 #   4. benchmarks/cuda_vs_torch.py (element-wise, softmax, layer_norm, GEMM, SDPA, decode GEMVs);
 #   5. benchmarks/cuda_models.py (MiniLM-shaped embeddings, SmolLM2-shaped decode, against transformers);
-#   6. the models on the GPU: tools/gguf_check.py (candle generate --device cuda on GGUF weights kept
+#   6. tools/profile_models.py (where the model rows' time goes: each kernel's GPU time, the host's);
+#   7. the models on the GPU: tools/gguf_check.py (candle generate --device cuda on GGUF weights kept
 #      quantized, against the cpu) and examples/train_fashion_mnist.py --device cuda (the MLP, and the CNN
 #      on a part of the data), when the Fashion-MNIST files are in DATA (default .data/fashion-mnist:
 #      Debian's dataset-fashion-mnist, /usr/share/datasets/fashion-mnist, copied there and carried);
-#   7. tools/profile_models.py (where the model rows' time goes: each kernel's GPU time, the host's);
 #   8. benchmarks/wgpu_vs_cpu.py --large through Vulkan (GEMM and bandwidth figures naming the GPU).
 # Each step has a time limit and the whole run ends within DEADLINE seconds (default 540), so that it
-# fits one device command. Logs go to $OUT (or ./gpu-check-out), one per step: the machine's
+# fits one device command; QUICK=1 runs cuda_vs_torch.py --quick. Logs go to $OUT (or ./gpu-check-out), one per step: the machine's
 # description is printed, not logged, as the device tool brings back at most 8 files.
 #
 # Packages the machine lacks travel as wheels in WHEELS (default .whl): wgpu==0.32.0 for the wgpu steps,
@@ -75,13 +75,13 @@ step cuda-conformance 220 "$PY" -m pytest -q -p no:cacheprovider -n 8 --tb=short
     --pyargs candle_api.testing.conformance --candle-device cuda:0
 [ "$vulkan" = 1 ] && step vulkan-conformance 150 "$PY" -m pytest -q -p no:cacheprovider -n 6 --tb=short -rf \
     --candle-strict backends/metal/tests --pyargs candle_api.testing.conformance --candle-device vulkan
-step bench-cuda 150 "$PY" benchmarks/cuda_vs_torch.py
+step bench-cuda 150 "$PY" benchmarks/cuda_vs_torch.py ${QUICK:+--quick}
 step bench-models 120 "$PY" benchmarks/cuda_models.py --reps 3
+step profile 90 "$PY" backends/cuda/tools/profile_models.py
 step gguf-generate 60 "$PY" backends/cuda/tools/gguf_check.py
 train=("$PY" examples/train_fashion_mnist.py --device cuda --data "$DATA" --out "/tmp/fashion_{model}.safetensors")
 [ -f "$DATA/train-images-idx3-ubyte.gz" ] && step fashion-mnist 150 \
     bash -c '"$@" --model mlp --epochs 2 && "$@" --model cnn --epochs 1 --limit 20000' _ "${train[@]}"
-step profile 90 "$PY" backends/cuda/tools/profile_models.py
 [ "$vulkan" = 1 ] && step bench-wgpu 90 "$PY" benchmarks/wgpu_vs_cpu.py --large --device vulkan:0
 echo "== done in ${SECONDS} s, status $status (logs in $OUT)"
 exit $status
