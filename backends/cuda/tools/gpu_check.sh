@@ -15,8 +15,9 @@
 #      Debian's dataset-fashion-mnist, /usr/share/datasets/fashion-mnist, copied there and carried);
 #   8. benchmarks/wgpu_vs_cpu.py --large through Vulkan (GEMM and bandwidth figures naming the GPU).
 # Each step has a time limit and the whole run ends within DEADLINE seconds (default 540), so that it
-# fits one device command; QUICK=1 runs cuda_vs_torch.py --quick. Logs go to $OUT (or ./gpu-check-out), one per step: the machine's
-# description is printed, not logged, as the device tool brings back at most 8 files.
+# fits one device command; QUICK=1 runs cuda_vs_torch.py --quick. Logs go to $OUT (or
+# ./gpu-check-out), one per step: the machine's description is printed, not logged, as the device
+# tool brings back at most 8 files.
 #
 # Packages the machine lacks travel as wheels in WHEELS (default .whl): wgpu==0.32.0 for the wgpu steps,
 # cffi and pycparser for wgpu_vs_cpu.py's wgpu-py figure. A machine without a Vulkan loader can be given
