@@ -110,7 +110,10 @@ def _compile(source: bytes, name: str, arch: int, includes: list[str]) -> bytes:
     prog = c_void_p()
     _check(lib.nvrtcCreateProgram(ctypes.byref(prog), source, name.encode(), 0, None, None), "nvrtcCreateProgram")
     try:
-        options = [f"--gpu-architecture=sm_{arch}", "-std=c++17", *(f"--include-path={i}" for i in includes)]
+        # -default-device: NVRTC 13.0 takes the kernels' generic lambdas (auto parameters) for host
+        # functions, which JIT mode refuses; the sources hold device code only
+        options = [f"--gpu-architecture=sm_{arch}", "-std=c++17", "-default-device",
+                   *(f"--include-path={i}" for i in includes)]
         argv = (c_char_p * len(options))(*(o.encode() for o in options))
         rc = lib.nvrtcCompileProgram(prog, len(options), argv)
         if rc:
