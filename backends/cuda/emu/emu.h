@@ -29,6 +29,8 @@
 #endif
 #undef __forceinline__
 #define __forceinline__ inline
+#undef __noinline__
+#define __noinline__ __attribute__((noinline))
 #undef __shared__
 #define __shared__ static
 #define __launch_bounds__(...)

@@ -10,12 +10,28 @@
 // f32 and round once.
 #include "scalar.cuh"
 
+// The common float ops get a loop each, their code alone in it; the others share a loop that calls
+// unary_float_any. One loop for every op had each element branch into a switch over all of them,
+// inlined (15,000 lines of PTX for unary_f32), and exp f32 moved 54% of the copy bandwidth on an
+// H200, gelu bf16 39%.
+#define UNARY_INLINED(M) \
+    M(abs) M(neg) M(sqr) M(relu) M(recip) M(sqrt) M(rsqrt) M(exp) M(log) M(tanh) M(erf) M(gelu) M(gelu_erf) M(sigmoid) M(silu)
+
 template <typename T>
 __device__ void unary_impl(T* out, const T* x, i64 n, int op, const Strided<1>& lx) {
-    map_elements(n, lx, [&](i64, T v) {
-        if constexpr (IsFloat<T>::value) return store<T>(unary_float(op, load(v)));
-        else return unary_int(op, v);
-    }, out, x);
+    if constexpr (IsFloat<T>::value) {
+        typedef typename Acc<T>::type C;
+        auto each = [&](auto f) { map_elements(n, lx, [&](i64, T v) { return store<T>(f(load(v))); }, out, x); };
+        switch (op) {
+#define INLINED(name) \
+    case UNARY_##name: return each([](C v) { return unary_float(UNARY_##name, v); });
+            UNARY_INLINED(INLINED)
+#undef INLINED
+            default: return each([&](C v) { return unary_float_any(op, v); });
+        }
+    } else {
+        map_elements(n, lx, [&](i64, T v) { return unary_int(op, v); }, out, x);
+    }
 }
 #define UNARY(T) \
     KERNEL(unary_##T, T* out, const T* x, i64 n, i32 op, Strided<1> lx) { unary_impl<T>(out, x, n, op, lx); }

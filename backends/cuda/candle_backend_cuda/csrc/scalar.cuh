@@ -49,8 +49,10 @@ __device__ __forceinline__ C f_gelu_erf(C x) {
     return (C)(0.5 * (double)x * erfc(-(double)x * 0.7071067811865476));
 }
 
+// Every float unary op: inlined where op is a constant (the switch folds to one case), called
+// through unary_float_any where it is not.
 template <typename C>
-__device__ C unary_float(int op, C x) {
+__device__ __forceinline__ C unary_float(int op, C x) {
     switch (op) {
         case UNARY_abs: return m_fabs(x);
         case UNARY_neg: return -x;
@@ -91,6 +93,11 @@ __device__ C unary_float(int op, C x) {
         case UNARY_softplus: return x > C(20) ? x : mx(x, C(0)) + m_log1p(m_exp(-m_fabs(x)));
         default: return x;
     }
+}
+
+template <typename C>
+__device__ __noinline__ C unary_float_any(int op, C x) {
+    return unary_float(op, x);
 }
 
 // Python's remainder: the sign of the divisor (a zero takes the divisor's sign, as numpy's)
