@@ -464,3 +464,19 @@ def test_tiled_attention_against_numpy(dev, launched, e, ev, length, keys, mask,
     got = F.scaled_dot_product_attention(*args, attn_mask=tm, is_causal=causal, scale=0.3).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert f"attention_tiled{32 if max(e, ev) <= 32 else 64}_f32" in launched
+
+
+# Rows read contiguously by every input, a row stride apart (each_pack_rows in common.cuh): a bias
+# broadcast along a matrix's rows, a row slice of a wider matrix, and rows the packs cannot take
+# (a row length off the pack, a row stride off 16 bytes) on the element loop.
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f64", "i32"])
+@pytest.mark.parametrize("rows, cols, width", [(37, 64, 64), (5, 96, 160), (7, 6, 6), (9, 64, 66)])
+def test_binary_and_compare_on_rows(dev, dtype, rows, cols, width):
+    rng = np.random.default_rng(rows * cols)
+    wide = rng.integers(-8, 8, (rows, width)).astype(np.float64)  # sums and products exact in bf16
+    bias = rng.integers(-8, 8, cols).astype(np.float64)
+    x = from_array(wide, dtype, dev)[:, :cols]
+    b = from_array(bias, dtype, dev)
+    np.testing.assert_array_equal((x + b).to("f64").numpy(), wide[:, :cols] + bias)
+    np.testing.assert_array_equal((x * b).to("f64").numpy(), wide[:, :cols] * bias)
+    np.testing.assert_array_equal((x > b).numpy().astype(bool), wide[:, :cols] > bias)

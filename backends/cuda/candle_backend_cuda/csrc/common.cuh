@@ -222,12 +222,38 @@ __device__ __forceinline__ void map_strided(i64 n, const Strided<K>& l, Op op, O
                  [&](i64 i, const auto&, Out v) { out[i] = v; });
 }
 
+// each_pack for a layout of rows (rank 2) that every input reads contiguously within a row, a row
+// stride apart (0: broadcast, as a bias added along a matrix's rows); false (nothing done) unless the
+// row length, every pointer and every row stride allow 16-byte packs. A pack a thread a step.
+template <int K, typename Op, typename Out, int... I, typename... In>
+__device__ __forceinline__ bool each_pack_rows(i64 n, const Strided<K>& l, Op op, Out* out, Seq<I...>,
+                                               const In*... in) {
+    constexpr int N = 16 / widest<Out, In...>();
+    const i64 cols = l.shape[1];
+    if (cols % N || n / N > 0x7fffffff || !(aligned16(out) && ... && aligned16(in))) return false;
+    if (((l.st[I][1] != 1 || l.st[I][0] * (i64)sizeof(In) % 16) || ...)) return false;
+    const u32 packs = (u32)(n / N), row_packs = (u32)(cols / N);
+    Vec<Out, N>* o = reinterpret_cast<Vec<Out, N>*>(out);
+    for (i64 p = thread_index(); p < packs; p += thread_count()) {
+        const u32 r = (u32)p / row_packs, c = ((u32)p - r * row_packs) * N;
+        Vec<Out, N> res;
+        auto apply = [&](Vec<In, N>... v) {
+            for (int e = 0; e < N; ++e) res.v[e] = op(p * N + e, v.v[e]...);
+        };
+        apply(*reinterpret_cast<const Vec<In, N>*>(in + r * l.st[I][0] + c)...);
+        o[p] = res;
+    }
+    return true;
+}
+
 // out[i] = op(i, the K inputs' element i) for i < n, out contiguous, the inputs on layout l:
-// each_pack's 16-byte packs when l is contiguous and every pointer aligned, else the element loop.
+// each_pack's 16-byte packs when l is contiguous and every pointer aligned, each_pack_rows' on rows,
+// else the element loop.
 template <int K, typename Op, typename Out, typename... In>
 __device__ __forceinline__ void map_elements(i64 n, const Strided<K>& l, Op op, Out* out, const In*... in) {
     static_assert(sizeof...(In) == K, "one layout operand per input");
     if (l.rank == 0 && each_pack(n, op, out, in...)) return;
+    if (l.rank == 2 && each_pack_rows(n, l, op, out, typename MakeSeq<K>::type(), in...)) return;
     map_strided(n, l, op, out, typename MakeSeq<K>::type(), in...);
 }
 
