@@ -47,10 +47,25 @@ def read_layout(storage, layout: Layout, dtype, download: Callable, gather: Call
     return np.array(view)
 
 
+#: merge_dims' answers by (shape, strides): a model's ops ask about the same few layouts layer after
+#: layer, and on a GPU the host's time per op is what a small model waits for. Cleared when full.
+_MERGED: dict = {}
+
+
 def merge_dims(shape: tuple, strides: list[tuple]) -> tuple[tuple, list[tuple]]:
     """The same elements in the fewest dims: size-1 dims dropped, and a dim
     folded into the next when every layout (one strides tuple each) steps over
     it contiguously. Returns the merged shape and each layout's strides."""
+    key = (tuple(shape), tuple(map(tuple, strides)))
+    merged = _MERGED.get(key)
+    if merged is None:
+        if len(_MERGED) >= 4096:
+            _MERGED.clear()
+        merged = _MERGED[key] = _merge_dims(*key)
+    return merged[0], list(merged[1])
+
+
+def _merge_dims(shape: tuple, strides: tuple) -> tuple[tuple, tuple]:
     dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
     out: list = []
     for n, ss in dims:
@@ -59,5 +74,5 @@ def merge_dims(shape: tuple, strides: list[tuple]) -> tuple[tuple, list[tuple]]:
         else:
             out.append((n, ss))
     if not out:
-        return (), [() for _ in strides]
-    return tuple(n for n, _ in out), [tuple(ss[k] for _, ss in out) for k in range(len(strides))]
+        return (), tuple(() for _ in strides)
+    return tuple(n for n, _ in out), tuple(tuple(ss[k] for _, ss in out) for k in range(len(strides)))
