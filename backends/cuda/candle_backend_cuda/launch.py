@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import re
 import struct
+import threading
 
 from candle_api.contract.helpers import merge_dims as merge  # noqa: F401 (the kernels import it from here)
 from candle_api.layout import Layout, numel
@@ -111,24 +112,31 @@ def blocks_for(n: int, sms: int, threads: int = THREADS) -> int:
 
 
 class Function:
-    """One kernel of one device's loaded module: ``launch(grid, block, *args)``."""
+    """One kernel of one device's loaded module: ``launch(grid, block, *args)``. Its parameter buffer
+    and the launch's ``extra`` list are made once (a launch's host time is what a small model waits
+    for); a lock keeps two threads from packing into the buffer at once, and the driver copies the
+    parameters when it queues the launch."""
 
-    __slots__ = ("device", "name", "handle", "struct")
+    __slots__ = ("device", "name", "handle", "struct", "params", "size", "extra", "lock")
 
     def __init__(self, device, name: str, handle, signature: str):
         self.device, self.name, self.handle = device, name, handle
         self.struct = param_struct(signature)
+        self.params = ctypes.create_string_buffer(self.struct.size)
+        self.size = ctypes.c_size_t(self.struct.size)
+        self.extra = (ctypes.c_void_p * 5)(cu.LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(self.params),
+                                           cu.LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(self.size),
+                                           cu.LAUNCH_PARAM_END)
+        self.lock = threading.Lock()
 
     def launch(self, grid, block, *args, shared: int = 0) -> None:
-        params = ctypes.create_string_buffer(self.struct.pack(*args), self.struct.size)
-        size = ctypes.c_size_t(self.struct.size)
-        extra = (ctypes.c_void_p * 5)(cu.LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(params),
-                                      cu.LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), cu.LAUNCH_PARAM_END)
         gx, gy, gz = (*grid, 1, 1)[:3] if isinstance(grid, tuple) else (grid, 1, 1)
         bx, by, bz = (*block, 1, 1)[:3] if isinstance(block, tuple) else (block, 1, 1)
         dev = self.device
         dev.make_current()
-        rc = dev.lib.cuLaunchKernel(self.handle, gx, gy, gz, bx, by, bz, shared, dev.stream, None, extra)
+        with self.lock:
+            self.struct.pack_into(self.params, 0, *args)
+            rc = dev.lib.cuLaunchKernel(self.handle, gx, gy, gz, bx, by, bz, shared, dev.stream, None, self.extra)
         if rc:
             raise cu.exception(rc, f"{dev.name}: launching kernel {self.name} (grid {gx}x{gy}x{gz}, block "
                                    f"{bx}x{by}x{bz}, {shared} bytes of shared memory)")
