@@ -163,23 +163,18 @@ inline void cp_async_wait() {
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]);
 
-template <>
-__device__ __forceinline__ void mma_16816<bf16>(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
-    MMA_SM80(asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])));
-}
-
-template <>
-__device__ __forceinline__ void mma_16816<f16>(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
-    MMA_SM80(asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])));
-}
+#define MMA_16816(T, ptx)                                                                                 \
+    template <>                                                                                           \
+    __device__ __forceinline__ void mma_16816<T>(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {   \
+        MMA_SM80(asm volatile(                                                                            \
+            "mma.sync.aligned.m16n8k16.row.col.f32." ptx "." ptx ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "    \
+            "{%8,%9}, {%0,%1,%2,%3};\n"                                                                   \
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                              \
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])));                         \
+    }
+MMA_16816(bf16, "bf16")
+MMA_16816(f16, "f16")
+#undef MMA_16816
 
 __device__ __forceinline__ u32 shared_address(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 
