@@ -92,9 +92,6 @@ FOR_FLOATS(ATTENTION)
 #define FA_UNROLL _Pragma("unroll")
 #endif
 
-// max with NaN winning
-__device__ __forceinline__ float fa_max(float a, float b) { return (b > a || b != b) ? b : a; }
-
 template <typename T, int D>
 __device__ void flash_impl(T* out, const T* q, const T* k, const T* v, const void* mask, i64 n_batch, i64 L,
                            i64 S, i32 mask_kind, i32 causal, f64 scale, const AttnStrides& st,
@@ -195,7 +192,7 @@ __device__ void flash_impl(T* out, const T* q, const T* k, const T* v, const voi
                 float x = s[b][e] * scale2;
                 if (!masked) {
                     s[b][e] = x;
-                    mt[e >> 1] = fa_max(mt[e >> 1], x);
+                    mt[e >> 1] = max_nan(mt[e >> 1], x);
                     continue;
                 }
                 const i64 i = rows[e >> 1], j = c0 + b * 8 + 2 * t + (e & 1);
@@ -207,15 +204,15 @@ __device__ void flash_impl(T* out, const T* q, const T* k, const T* v, const voi
                 }
                 if (hidden) x = -infinity<float>();
                 s[b][e] = x;
-                mt[e >> 1] = fa_max(mt[e >> 1], x);
+                mt[e >> 1] = max_nan(mt[e >> 1], x);
             }
         }
         float base[2];
         FA_UNROLL
         for (int r = 0; r < 2; ++r) {
-            mt[r] = fa_max(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
-            mt[r] = fa_max(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
-            const float m_new = fa_max(m_run[r], mt[r]);
+            mt[r] = max_nan(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
+            mt[r] = max_nan(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
+            const float m_new = max_nan(m_run[r], mt[r]);
             base[r] = m_new == -infinity<float>() ? 0.0f : m_new;  // nothing seen yet: p = 0, not NaN
             const float corr = exp2f(m_run[r] - base[r]);
             m_run[r] = m_new;
@@ -338,9 +335,9 @@ __device__ void attention_tiled_impl(T* out, const T* q, const T* k, const T* v,
                 if (!hidden && mask_kind == 1) hidden = !((const u8*)mask)[moff + j * st.ms];
                 if (!hidden && mask_kind == 2) x += load(((const T*)mask)[moff + j * st.ms]);
                 s[jj] = hidden ? ninf : x;
-                top = (s[jj] > top || s[jj] != s[jj]) ? s[jj] : top;  // NaN wins: its row turns NaN
+                top = max_nan(top, s[jj]);  // a NaN score turns its row NaN
             }
-            const C mnew = (top > m || top != top) ? top : m;
+            const C mnew = max_nan(m, top);
             if (mnew == ninf) continue;  // every key so far hidden
             const C corr = m_exp(m - mnew);
             l *= corr;

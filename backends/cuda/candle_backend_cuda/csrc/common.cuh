@@ -71,30 +71,20 @@ struct Strided {
     i32 rank;
 };
 
-template <int K>
-__device__ __forceinline__ void offsets(const Strided<K>& l, i64 i, i64 (&off)[K]) {
+// Element i's offset in each operand, its coordinates found by division in the index's type I: a u32
+// index (from a caller that knows i and every dim are under 2^31) divides in a few instructions where
+// a 64-bit division is a long subroutine.
+// (binary_f32 averaged 16.6 us a call on an H200 in a MiniLM-shaped model, torch's add 4.7 us:
+// most of those calls add a bias broadcast along a matrix's rows.)
+template <int K, typename I = i64>
+__device__ __forceinline__ void offsets(const Strided<K>& l, I i, i64 (&off)[K]) {
     if (l.rank == 0) {
-        for (int k = 0; k < K; ++k) off[k] = i;
+        for (int k = 0; k < K; ++k) off[k] = (i64)i;
         return;
     }
     for (int k = 0; k < K; ++k) off[k] = 0;
     for (int d = l.rank - 1; d >= 0; --d) {
-        i64 n = l.shape[d];
-        i64 c = i % n;
-        i /= n;
-        for (int k = 0; k < K; ++k) off[k] += c * l.st[k][d];
-    }
-}
-
-// offsets() for i and every dim under 2^31 (the caller knows: fewer than 2^31 elements): the
-// coordinates by 32-bit division, a few instructions where a 64-bit one is a long subroutine.
-// (binary_f32 averaged 16.6 us a call on an H200 in a MiniLM-shaped model, torch's add 4.7 us:
-// most of those calls add a bias broadcast along a matrix's rows.)
-template <int K>
-__device__ __forceinline__ void offsets32(const Strided<K>& l, u32 i, i64 (&off)[K]) {
-    for (int k = 0; k < K; ++k) off[k] = l.rank == 0 ? (i64)i : 0;
-    for (int d = l.rank - 1; d >= 0; --d) {
-        const u32 n = (u32)l.shape[d], c = i % n;
+        const I n = (I)l.shape[d], c = i % n;
         i /= n;
         for (int k = 0; k < K; ++k) off[k] += (i64)c * l.st[k][d];
     }
@@ -162,7 +152,7 @@ __device__ __forceinline__ void each_element(i64 n, const Strided<K>& l, Compute
     const bool narrow = n <= 0x7fffffff;
     for (; i < n; i += step) {
         i64 o[K];
-        if (narrow) offsets32(l, (u32)i, o);
+        if (narrow) offsets(l, (u32)i, o);
         else offsets(l, i, o);
         write(i, o, compute(i, o));
     }
@@ -265,6 +255,8 @@ template <typename C> __device__ __forceinline__ C quiet_nan() { return infinity
 
 template <typename T> __device__ __forceinline__ T mn(T a, T b) { return b < a ? b : a; }
 template <typename T> __device__ __forceinline__ T mx(T a, T b) { return a < b ? b : a; }
+// The larger of a and b, NaN winning (a running max that a NaN turns NaN).
+template <typename T> __device__ __forceinline__ T max_nan(T a, T b) { return (b > a || b != b) ? b : a; }
 
 // ---- reductions within a block ------------------------------------------------------------------
 template <typename T>
@@ -276,8 +268,7 @@ __device__ __forceinline__ T warp_sum(T v) {
 template <typename T>
 __device__ __forceinline__ T warp_max(T v) {
     for (int m = 16; m > 0; m >>= 1) {
-        T o = __shfl_xor_sync(0xffffffffu, v, m);
-        v = (o > v || o != o) ? o : v;  // NaN wins
+        v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, m));
     }
     return v;
 }

@@ -77,7 +77,7 @@ __device__ void softmax_cached(T* out, const T* x, i64 n_rows, i64 d, int mode, 
     g.each_row(out, x, n_rows, rows, -infinity<C>(), [&](T* yr, C (&v)[NP][P]) {
         C m = -infinity<C>();
         for (int k = 0; k < NP; ++k)
-            for (int e = 0; e < P; ++e) m = (v[k][e] > m || v[k][e] != v[k][e]) ? v[k][e] : m;
+            for (int e = 0; e < P; ++e) m = max_nan(m, v[k][e]);
         m = g.max(m);
         // v becomes x - m, then (softmax) its exp: one cached value an element
         C s = C(0);
@@ -167,7 +167,7 @@ __device__ void softmax_impl(T* out, const T* x, i64 n_rows, i64 d, i64 step, in
         C m = -infinity<C>();
         for (i64 j = threadIdx.x; j < d; j += blockDim.x) {
             C v = load(xr[j * step]);
-            m = (v > m || v != v) ? v : m;
+            m = max_nan(m, v);
         }
         m = block_max(m);
         C s = C(0);
